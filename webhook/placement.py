@@ -1,0 +1,190 @@
+"""Apply a workload class's placement to a pod (or pod template) and check it can be met.
+
+Every function works on the deep copy the engine hands it. Each change is made only when
+the pod does not already have it, so running the placement on its own output changes
+nothing; nothing the user wrote is removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook import constraints
+from webhook.constraints import LabelState
+from webhook.decision import Change
+from webhook.grace import GraceBudget, adjust_grace, grace_violation
+from webhook.policy import Placement, Policy, WorkloadClass
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+AFFINITY_PATH = f"spec.affinity.nodeAffinity.{REQUIRED}"
+
+
+@dataclass
+class Outcome:
+    changes: list[Change] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def place(
+    pod: dict[str, Any], wclass: WorkloadClass, policy: Policy, budget: GraceBudget
+) -> Outcome:
+    """Check, then (when nothing is refused) apply ``wclass``'s placement to ``pod``."""
+    spec: dict[str, Any] = pod["spec"]
+    out = Outcome(violations=_refusals(spec, wclass, policy))
+    if wclass.placement.may_be_preempted:
+        bad_grace = grace_violation(spec)
+        out.violations += budget.violations + ([bad_grace] if bad_grace else [])
+    if out.violations:
+        return out
+    if wclass.placement is Placement.PREEMPTIBLE:
+        _require(spec, policy, wclass, "In", out)
+    elif wclass.placement is Placement.PREFER_PREEMPTIBLE:
+        _prefer(spec, policy, wclass, out)
+    else:
+        _require(spec, policy, wclass, "NotIn", out)
+    if wclass.placement.may_be_preempted:
+        _tolerate(spec, policy, wclass, out)
+        adjust_grace(spec, budget, out.changes, out.warnings)
+    return out
+
+
+def _refusals(spec: dict[str, Any], wclass: WorkloadClass, policy: Policy) -> list[str]:
+    label = policy.node_label
+    where = f"{label.key}={label.preemptible}"
+    if wclass.placement is Placement.PREEMPTIBLE:
+        if not constraints.admits(spec, label.key, label.preemptible):
+            return [
+                f"class {wclass.name} runs only on preemptible nodes ({where}), but the pod's "
+                f"{_constraint_names(spec, label.key)} exclude them: remove that constraint, or "
+                f"use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
+            ]
+    elif wclass.placement is Placement.STANDARD:
+        others = _non_preemptible_states(spec, policy)
+        if not constraints.admits_any(spec, label.key, others):
+            return [
+                f"class {wclass.name} must run on standard nodes, but the pod requires preemptible "
+                f"capacity through its {_constraint_names(spec, label.key)}: remove that "
+                f"requirement ({wclass.name} pods are kept off {where} nodes), or use class "
+                f"{_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
+            ]
+    return []
+
+
+def _non_preemptible_states(spec: dict[str, Any], policy: Policy) -> list[LabelState]:
+    label = policy.node_label
+    values = constraints.mentioned_values(spec, label.key) | {label.standard}
+    return [None, *sorted(values - {label.preemptible})]
+
+
+def _constraint_names(spec: dict[str, Any], key: str) -> str:
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict) and key in selector:
+        return f"nodeSelector {key}={selector[key]}"
+    return "required node affinity terms"
+
+
+def _classes_except(policy: Policy, placement: Placement) -> str:
+    names = sorted(c.name for c in policy.classes.values() if c.placement is not placement)
+    return " or ".join(names) if names else "another class"
+
+
+def _require(
+    spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, op: str, out: Outcome
+) -> None:
+    """AND ``key op [preemptible]`` into every required term.
+
+    Terms are ORed, so adding a term of our own would widen placement instead of narrowing it.
+    """
+    label = policy.node_label
+    expr = {"key": label.key, "operator": op, "values": [label.preemptible]}
+    terms = constraints.required_terms(spec)
+    if terms is None:
+        affinity = _child(_child(spec, "affinity"), "nodeAffinity")
+        affinity[REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
+        out.changes.append(Change(AFFINITY_PATH, _require_reason(wclass, expr)))
+        return
+    states = [None, label.standard, *sorted(constraints.mentioned_values(spec, label.key))]
+    for i, term in enumerate(terms):
+        if not isinstance(term, dict) or _already_narrower(term, expr, label.key, states):
+            continue
+        term.setdefault("matchExpressions", []).append(dict(expr, values=list(expr["values"])))
+        out.changes.append(
+            Change(f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]", _require_reason(wclass, expr))
+        )
+
+
+def _already_narrower(
+    term: dict[str, Any], expr: dict[str, Any], key: str, states: list[LabelState]
+) -> bool:
+    """True when the term already excludes every node ``expr`` would exclude."""
+    candidates = {*states, *(v for v in expr["values"])}
+    return all(
+        not constraints.term_admits(term, key, s)
+        for s in candidates
+        if not constraints.expression_admits(expr, key, s)
+    )
+
+
+def _require_reason(wclass: WorkloadClass, expr: dict[str, Any]) -> str:
+    values = ", ".join(expr["values"])
+    where = "only on" if expr["operator"] == "In" else "never on"
+    requirement = f"{expr['key']} {expr['operator']} [{values}]"
+    return f"requires {requirement}: class {wclass.name} runs {where} preemptible nodes"
+
+
+def _prefer(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: Outcome) -> None:
+    label = policy.node_label
+    expr = {"key": label.key, "operator": "In", "values": [label.preemptible]}
+    node_affinity = _child(_child(spec, "affinity"), "nodeAffinity")
+    preferred = node_affinity.get(PREFERRED)
+    if not isinstance(preferred, list):
+        preferred = node_affinity[PREFERRED] = []
+    if any(_prefers(p, expr) for p in preferred):
+        return
+    preferred.append(
+        {"weight": policy.preferred_weight, "preference": {"matchExpressions": [expr]}}
+    )
+    out.changes.append(
+        Change(
+            f"spec.affinity.nodeAffinity.{PREFERRED}",
+            f"prefers {label.key}={label.preemptible} (weight {policy.preferred_weight}): class "
+            f"{wclass.name} uses preemptible capacity when there is some, else standard nodes",
+        )
+    )
+
+
+def _prefers(term: Any, expr: dict[str, Any]) -> bool:
+    preference = term.get("preference") if isinstance(term, dict) else None
+    exprs = preference.get("matchExpressions") if isinstance(preference, dict) else None
+    return isinstance(exprs, list) and expr in exprs
+
+
+def _tolerate(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: Outcome) -> None:
+    taint = policy.taint
+    if taint is None or constraints.tolerated(spec, taint):
+        return
+    toleration: dict[str, Any] = {"key": taint.key, "operator": "Equal", "value": taint.value}
+    if not taint.value:
+        toleration = {"key": taint.key, "operator": "Exists"}
+    toleration["effect"] = taint.effect
+    tolerations = spec.get("tolerations")
+    if not isinstance(tolerations, list):
+        tolerations = spec["tolerations"] = []
+    tolerations.append(toleration)
+    out.changes.append(
+        Change(
+            "spec.tolerations",
+            f"tolerates {taint}: class {wclass.name} may run on preemptible nodes",
+        )
+    )
+
+
+def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """``parent[key]`` as a mapping, created when absent (a null there is replaced)."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value

@@ -1,0 +1,233 @@
+"""Read and check PlacementPolicy files; a bad file is refused with its file, line and field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from webhook.policy import (
+    LabelRequirement,
+    Match,
+    Mode,
+    NodeLabel,
+    Placement,
+    Policy,
+    Rule,
+    Taint,
+    WorkloadClass,
+)
+from webhook.yamlnodes import Located, compose_documents, problem_line
+
+POLICY_KIND = "PlacementPolicy"
+POLICY_API_VERSION = "preemptguard.together.ai/v1alpha1"
+
+
+class PolicyError(Exception):
+    """A policy that cannot be used; ``str()`` reads ``file:line: field: what to change``."""
+
+    def __init__(self, source: str, line: int | None, field: str, message: str) -> None:
+        self.source, self.line, self.field, self.message = source, line, field, message
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {field or '(document)'}: {message}")
+
+
+@cache
+def policy_schema() -> dict[str, Any]:
+    """The JSON Schema of the policy format (also usable by editors)."""
+    text = resources.files("webhook").joinpath("data/placementpolicy.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def builtin_policy() -> Policy:
+    """The default policy shipped with the package."""
+    ref = resources.files("webhook").joinpath("data/default-policy.yaml")
+    return parse_policy(ref.read_text(), source="<built-in default policy>")
+
+
+def policy_files(directory: Path) -> list[Path]:
+    """The YAML files of a policy directory (its top level; test cases live below it)."""
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_policy(directory: Path) -> Policy:
+    """The one PlacementPolicy kept in ``directory`` (or in the file ``directory``)."""
+    if directory.is_file():
+        return parse_policy(_read(directory), source=str(directory))
+    if not directory.is_dir():
+        raise PolicyError(str(directory), None, "", "no such policy file or directory")
+    found = [
+        (path, doc)
+        for path in policy_files(directory)
+        for doc in _documents(_read(path), str(path))
+        if isinstance(doc.value, Mapping) and doc.value.get("kind") == POLICY_KIND
+    ]
+    if len(found) != 1:
+        names = ", ".join(str(p) for p, _ in found) or "none"
+        raise PolicyError(
+            str(directory), None, "", f"expected exactly one {POLICY_KIND} document, found {names}"
+        )
+    path, doc = found[0]
+    return _build(doc, str(path))
+
+
+def parse_policy(text: str, *, source: str) -> Policy:
+    """The policy in a single-document YAML text."""
+    docs = [d for d in _documents(text, source) if d.value is not None]
+    if len(docs) != 1:
+        raise PolicyError(source, None, "", f"expected one YAML document, found {len(docs)}")
+    return _build(docs[0], source)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(str(path), None, "", f"cannot read: {exc}") from exc
+
+
+def _documents(text: str, source: str) -> list[Located]:
+    try:
+        return compose_documents(text)
+    except yaml.YAMLError as exc:
+        detail = str(getattr(exc, "problem", None) or exc)
+        raise PolicyError(source, problem_line(exc), "", f"not valid YAML: {detail}") from exc
+
+
+def _build(doc: Located, source: str) -> Policy:
+    _check_schema(doc, source)
+    spec = doc.value["spec"]
+    classes = _classes(doc, source)
+    rules = _rules(doc, source, classes)
+    default = spec.get("defaultClass")
+    if default is not None and default not in classes:
+        _unknown_class(doc, source, ("spec", "defaultClass"), default, classes)
+    return Policy(
+        name=doc.value["metadata"]["name"],
+        mode=Mode(spec.get("mode", "enforce")),
+        node_label=_node_label(spec.get("nodeLabel", {})),
+        taint=_taint(spec["preemptibleTaint"]) if "preemptibleTaint" in spec else Taint(),
+        max_grace_seconds=spec.get("gracePeriod", {}).get("maxSeconds", 300),
+        checkpoint_margin_seconds=spec.get("gracePeriod", {}).get("checkpointMarginSeconds", 30),
+        preferred_weight=spec.get("preferredAffinityWeight", 100),
+        classes=classes,
+        rules=rules,
+        excluded_namespaces=tuple(
+            spec.get("excludedNamespaces", ("kube-system", "kube-node-lease"))
+        ),
+        default_class=default,
+    )
+
+
+def _check_schema(doc: Located, source: str) -> None:
+    validator = jsonschema.Draft202012Validator(policy_schema())
+    errors = sorted(validator.iter_errors(doc.value), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        first = min(errors, key=lambda e: doc.line_of(list(e.absolute_path)))
+        path = list(first.absolute_path)
+        raise PolicyError(source, doc.line_of(path), _dotted(path), _schema_message(first))
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties" and isinstance(error.schema, Mapping):
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"{error.message}; allowed fields: {allowed}"
+    if error.validator == "pattern":
+        return f"{error.instance!r} is not a valid name here (must match {error.validator_value})"
+    if error.validator == "oneOf" and error.context:
+        return min(error.context, key=lambda e: len(e.message)).message
+    return error.message
+
+
+def _classes(doc: Located, source: str) -> dict[str, WorkloadClass]:
+    classes: dict[str, WorkloadClass] = {}
+    for i, item in enumerate(doc.value["spec"]["classes"]):
+        if item["name"] in classes:
+            line = doc.line_of(("spec", "classes", i, "name"))
+            raise PolicyError(
+                source, line, f"spec.classes[{i}].name", f"duplicate class {item['name']!r}"
+            )
+        classes[item["name"]] = WorkloadClass(
+            item["name"], Placement(item["placement"]), item.get("description", "")
+        )
+    return classes
+
+
+def _rules(doc: Located, source: str, classes: Mapping[str, WorkloadClass]) -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    for i, item in enumerate(doc.value["spec"].get("rules", [])):
+        if item["class"] not in classes:
+            _unknown_class(doc, source, ("spec", "rules", i, "class"), item["class"], classes)
+        if any(r.name == item["name"] for r in rules):
+            line = doc.line_of(("spec", "rules", i, "name"))
+            raise PolicyError(
+                source, line, f"spec.rules[{i}].name", f"duplicate rule {item['name']!r}"
+            )
+        _check_expressions(doc, source, i, item["match"])
+        rules.append(Rule(item["name"], item["class"], _match(item["match"])))
+    return tuple(rules)
+
+
+def _check_expressions(doc: Located, source: str, rule: int, match: Mapping[str, Any]) -> None:
+    for j, expr in enumerate(match.get("podSelector", {}).get("matchExpressions", [])):
+        needs_values = expr["operator"] in ("In", "NotIn")
+        if needs_values != bool(expr.get("values")):
+            path = ("spec", "rules", rule, "match", "podSelector", "matchExpressions", j)
+            what = "needs at least one value" if needs_values else "must not have values"
+            raise PolicyError(
+                source, doc.line_of(path), _dotted(path), f"operator {expr['operator']} {what}"
+            )
+
+
+def _unknown_class(
+    doc: Located, source: str, path: Sequence[str | int], name: str, classes: Mapping[str, Any]
+) -> None:
+    valid = ", ".join(sorted(classes))
+    raise PolicyError(
+        source,
+        doc.line_of(path),
+        _dotted(path),
+        f"unknown class {name!r}; declared classes: {valid}",
+    )
+
+
+def _match(raw: Mapping[str, Any]) -> Match:
+    selector = raw.get("podSelector", {})
+    return Match(
+        namespaces=tuple(raw.get("namespaces", ())),
+        match_labels=dict(selector.get("matchLabels", {})),
+        match_expressions=tuple(
+            LabelRequirement(e["key"], e["operator"], tuple(e.get("values", ())))
+            for e in selector.get("matchExpressions", ())
+        ),
+        owner_kinds=tuple(raw.get("ownerKinds", ())),
+    )
+
+
+def _node_label(raw: Mapping[str, Any]) -> NodeLabel:
+    default = NodeLabel()
+    return NodeLabel(
+        key=raw.get("key", default.key),
+        preemptible=raw.get("preemptibleValue", default.preemptible),
+        standard=raw.get("standardValue", default.standard),
+    )
+
+
+def _taint(raw: Mapping[str, Any] | None) -> Taint | None:
+    if raw is None:
+        return None
+    return Taint(key=raw["key"], value=raw.get("value", ""), effect=raw.get("effect", "NoSchedule"))
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
