@@ -1,0 +1,125 @@
+"""Policy test cases kept beside a policy (``<policy dir>/tests/*.yaml``), and their runner."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.decision import Context, Decision, Obj
+from webhook.engine import evaluate
+from webhook.manifests import load_manifests
+from webhook.patch import apply_patch, make_patch
+from webhook.policy import Policy
+from webhook.policy_files import load_policy
+
+CASE_KIND = "PlacementTest"
+EXPECT_KEYS = {"class", "allowed", "refused", "reasons", "warnings", "patched", "unchanged"}
+
+
+class CaseError(Exception):
+    """A test case file that cannot be run as written."""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    source: str
+    obj: Obj
+    context: Context
+    expect: Mapping[str, Any]
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def policy_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it holds a policy and tests, else every such folder below it."""
+    if (root / "tests").is_dir():
+        return [root]
+    return sorted(p.parent for p in root.rglob("tests") if p.is_dir() and p.parent != root)
+
+
+def load_cases(policy_dir: Path) -> list[Case]:
+    manifests = load_manifests([str(policy_dir / "tests")], stdin=io.StringIO())
+    if manifests.errors:
+        raise CaseError("; ".join(str(e) for e in manifests.errors))
+    return [_case(doc.obj, f"{doc.source}:{doc.line}") for doc in manifests.documents]
+
+
+def _case(raw: Obj, source: str) -> Case:
+    if raw.get("kind") != CASE_KIND:
+        raise CaseError(f"{source}: expected kind {CASE_KIND}, got {raw.get('kind')!r}")
+    spec = raw.get("spec")
+    name = (raw.get("metadata") or {}).get("name")
+    if not isinstance(spec, dict) or not isinstance(spec.get("object"), dict) or not name:
+        raise CaseError(f"{source}: a {CASE_KIND} needs metadata.name, spec.object and spec.expect")
+    expect = spec.get("expect")
+    if not isinstance(expect, dict) or not expect or set(expect) - EXPECT_KEYS:
+        keys = ", ".join(sorted(EXPECT_KEYS))
+        raise CaseError(f"{source}: spec.expect must be a mapping with some of: {keys}")
+    ctx = Context(
+        operation=spec.get("operation", "CREATE"),
+        namespace=spec.get("namespace") or _namespace_of(spec["object"]),
+        namespace_annotations=spec.get("namespaceAnnotations") or {},
+    )
+    return Case(str(name), source, spec["object"], ctx, expect)
+
+
+def _namespace_of(obj: Obj) -> str:
+    meta = obj.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+def run_case(case: Case, policy: Policy) -> CaseResult:
+    decision = evaluate(case.obj, policy, case.context)
+    result = CaseResult(case)
+    patch = make_patch(case.obj, decision.mutated)
+    result.failures += _compare(case.expect, decision, case.obj, patch)
+    result.failures += _stable(decision, policy, case.context)
+    return result
+
+
+def _compare(
+    expect: Mapping[str, Any], d: Decision, original: Obj, patch: list[dict[str, Any]]
+) -> Iterator[str]:
+    if "class" in expect and expect["class"] != d.workload_class:
+        got = f"{d.workload_class!r} ({d.classification.source})"
+        yield f"class: expected {expect['class']!r}, got {got}"
+    for key, actual in (("allowed", d.allowed), ("refused", d.refused)):
+        if key in expect and expect[key] != actual:
+            yield f"{key}: expected {expect[key]}, got {actual}; reasons: {list(d.violations)}"
+    yield from _contains("reasons", expect.get("reasons", []), d.violations)
+    yield from _contains("warnings", expect.get("warnings", []), d.warnings)
+    if expect.get("unchanged") and patch:
+        yield f"expected no change, got patch {patch}"
+    if "patched" in expect and apply_patch(original, patch) != expect["patched"]:
+        diff = make_patch(expect["patched"], apply_patch(original, patch))
+        yield f"the patched object differs from spec.expect.patched by {diff}"
+
+
+def _contains(what: str, wanted: list[str], actual: tuple[str, ...]) -> Iterator[str]:
+    for text in wanted:
+        if not any(text in a for a in actual):
+            yield f"{what}: none contains {text!r}; got {list(actual)}"
+
+
+def _stable(d: Decision, policy: Policy, ctx: Context) -> list[str]:
+    again = evaluate(d.mutated, policy, ctx)
+    extra = make_patch(d.mutated, again.mutated)
+    return [f"not idempotent: a second run changes {extra}"] if extra else []
+
+
+def run_policy_dir(policy_dir: Path) -> list[CaseResult]:
+    policy = load_policy(policy_dir)
+    return [run_case(case, policy) for case in load_cases(policy_dir)]

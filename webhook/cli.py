@@ -1,0 +1,142 @@
+"""The ``preemptguard`` command line: the same engine as the webhook, on files."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from webhook import __version__
+from webhook.cases import CaseError, CaseResult, policy_dirs, run_policy_dir
+from webhook.dryrun import Result, check
+from webhook.manifests import load_manifests
+from webhook.policy import Policy
+from webhook.policy_files import PolicyError, builtin_policy, load_policy
+from webhook.report import ExitStatus, exit_status, render_explain, render_json, render_text
+
+CHECK_EXAMPLES = """
+\b
+Examples:
+  preemptguard check -f examples/
+  kubectl get deploy -A -o yaml | preemptguard check -f - -o json
+  preemptguard check -f job.yaml --policies policies/default
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="preemptguard")
+def main() -> None:
+    """Placement policy for GPU clusters that mix standard and preemptible nodes."""
+
+
+def _files_option(func: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "-f",
+        "--filename",
+        "paths",
+        multiple=True,
+        required=True,
+        help="Manifest file, folder (searched for *.yaml, *.yml, *.json), or - for stdin. "
+        "Repeatable.",
+    )(func)
+
+
+def _policies_option(func: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--policies",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Policy folder or file (default: the built-in default policy).",
+    )(func)
+
+
+def _namespace_option(func: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "-n",
+        "--namespace",
+        default="default",
+        show_default=True,
+        help="Namespace of objects that do not name one, as kubectl would apply them.",
+    )(func)
+
+
+@main.command("check", epilog=CHECK_EXAMPLES)
+@_files_option
+@_policies_option
+@_namespace_option
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def check_command(
+    paths: tuple[str, ...], policies: Path | None, namespace: str, output: str
+) -> None:
+    """Dry run: class, verdict, warnings and the JSON Patch each object would get.
+
+    Exit status: 0 all allowed, 1 something refused, 2 bad input.
+    """
+    results, errors = _dry_run(paths, policies, namespace)
+    if output == "json":
+        click.echo(render_json(results, input_errors=errors))
+    else:
+        click.echo(render_text(results))
+    sys.exit(exit_status(results, bad_input=bool(errors)))
+
+
+@main.command("explain")
+@_files_option
+@_policies_option
+@_namespace_option
+def explain_command(paths: tuple[str, ...], policies: Path | None, namespace: str) -> None:
+    """Why: which source classified each object and what each change is for."""
+    results, errors = _dry_run(paths, policies, namespace)
+    click.echo(render_explain(results))
+    sys.exit(exit_status(results, bad_input=bool(errors)))
+
+
+@main.command("test")
+@click.argument("directory", type=click.Path(path_type=Path), default=Path("policies"))
+def test_command(directory: Path) -> None:
+    """Run the test cases kept beside each policy (DIR/**/tests/*.yaml)."""
+    dirs = policy_dirs(directory)
+    if not dirs:
+        _fail_input(f"{directory}: no policy folder with a tests/ folder found")
+    results: list[CaseResult] = []
+    for policy_dir in dirs:
+        try:
+            results += run_policy_dir(policy_dir)
+        except (PolicyError, CaseError) as exc:
+            _fail_input(str(exc))
+    for r in results:
+        mark = "PASS" if r.passed else "FAIL"
+        click.echo(f"{mark}  {r.case.name}  ({r.case.source})")
+        for failure in r.failures:
+            click.echo(f"      {failure}")
+    failed = sum(not r.passed for r in results)
+    click.echo(f"{len(results) - failed} passed, {failed} failed")
+    sys.exit(ExitStatus.REFUSED if failed else ExitStatus.ALLOWED)
+
+
+def _dry_run(
+    paths: Sequence[str], policies: Path | None, namespace: str
+) -> tuple[list[Result], list[str]]:
+    policy = _policy(policies)
+    manifests = load_manifests(paths, sys.stdin)
+    errors = [str(e) for e in manifests.errors]
+    for error in errors:
+        click.echo(f"error: {error}", err=True)
+    return check(manifests, policy, default_namespace=namespace), errors
+
+
+def _policy(policies: Path | None) -> Policy:
+    try:
+        return builtin_policy() if policies is None else load_policy(policies)
+    except PolicyError as exc:
+        _fail_input(f"invalid policy: {exc}")
+
+
+def _fail_input(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(ExitStatus.BAD_INPUT)

@@ -1,0 +1,142 @@
+"""Read Kubernetes objects from YAML/JSON files, folders and stdin, keeping where each was read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from webhook.decision import Obj
+from webhook.workloads import expand_lists, mapping_at, string_map
+from webhook.yamlnodes import problem_line
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+
+# libyaml parses many times faster than the pure-Python parser; fall back when it is absent.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One Kubernetes object and where it was read."""
+
+    obj: Obj
+    source: str
+    line: int
+
+
+@dataclass(frozen=True)
+class InputError:
+    """Input that could not be read as Kubernetes objects; ``str()`` says where and what to fix."""
+
+    source: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Manifests:
+    documents: list[Document] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+
+    def namespace_annotations(self) -> dict[str, dict[str, str]]:
+        """Annotations of the Namespace objects in the input, by namespace name."""
+        found: dict[str, dict[str, str]] = {}
+        for doc in self.documents:
+            meta = mapping_at(doc.obj, "metadata")
+            if doc.obj.get("kind") == "Namespace" and isinstance(meta.get("name"), str):
+                found[meta["name"]] = string_map(meta.get("annotations"))
+        return found
+
+
+def load_manifests(paths: Sequence[str], stdin: TextIO) -> Manifests:
+    """Every object in ``paths`` (files, folders searched recursively, ``-`` for stdin)."""
+    out = Manifests()
+    for source, text in _texts(paths, stdin, out.errors):
+        _parse(source, text, out)
+    return out
+
+
+def _texts(
+    paths: Sequence[str], stdin: TextIO, errors: list[InputError]
+) -> Iterator[tuple[str, str]]:
+    for raw in paths:
+        if raw == STDIN:
+            yield "<stdin>", stdin.read()
+            continue
+        path = Path(raw)
+        files = _folder_files(path) if path.is_dir() else [path]
+        if path.is_dir() and not files:
+            errors.append(
+                InputError(raw, None, f"no {', '.join(MANIFEST_SUFFIXES)} files in this folder")
+            )
+        for file in files:
+            try:
+                yield str(file), file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                errors.append(InputError(str(file), None, f"cannot read: {exc}"))
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+
+
+def _parse(source: str, text: str, out: Manifests) -> None:
+    if source.endswith(".json"):
+        _parse_json(source, text, out)
+        return
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1
+            _add(source, line, loader.construct_document(node), out)
+    except yaml.YAMLError as exc:
+        reason = getattr(exc, "problem", None) or str(exc)
+        out.errors.append(InputError(source, problem_line(exc), f"not valid YAML: {reason}"))
+    finally:
+        loader.dispose()
+
+
+def _parse_json(source: str, text: str, out: Manifests) -> None:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        out.errors.append(InputError(source, exc.lineno, f"not valid JSON: {exc.msg}"))
+        return
+    _add(source, 1, value, out)
+
+
+def _add(source: str, line: int, value: Any, out: Manifests) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        what = type(value).__name__
+        out.errors.append(
+            InputError(source, line, f"a document must be a Kubernetes object, not a {what}")
+        )
+        return
+    for obj in expand_lists(value):
+        problem = _object_problem(obj)
+        if problem:
+            out.errors.append(InputError(source, line, problem))
+        else:
+            out.documents.append(Document(obj, source, line))
+
+
+def _object_problem(obj: Obj) -> str | None:
+    missing = [f for f in ("apiVersion", "kind") if not isinstance(obj.get(f), str) or not obj[f]]
+    if missing:
+        return f"not a Kubernetes object: {' and '.join(missing)} missing; every object needs both"
+    if not isinstance(obj.get("metadata", {}), dict):
+        return f"{obj['kind']}: metadata must be a mapping"
+    return None
