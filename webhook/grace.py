@@ -83,13 +83,14 @@ def adjust_grace(
     spec["terminationGracePeriodSeconds"] = target
     if target < effective:
         why = (
-            f"lowered from {effective} to {target} s: a preemptible node is removed "
+            f"grace period lowered from {effective} to {target} s: a preemptible node is removed "
             f"{budget.maximum} s after it is cordoned, so a longer grace period buys nothing"
         )
-        warnings.append(f"{GRACE_FIELD} {why}")
+        warnings.append(f"{GRACE_FIELD}: {why}")
     else:
         why = (
-            f"raised from {effective} to {target} s: {CHECKPOINT_ANNOTATION} {budget.checkpoint} "
+            f"grace period raised from {effective} to {target} s: {CHECKPOINT_ANNOTATION} "
+            f"{budget.checkpoint} "
             f"plus the {budget.margin} s margin"
         )
     changes.append(Change(GRACE_FIELD, why))

@@ -57,8 +57,8 @@ def _refusals(spec: dict[str, Any], wclass: WorkloadClass, policy: Policy) -> li
     if wclass.placement is Placement.PREEMPTIBLE:
         if not constraints.admits(spec, label.key, label.preemptible):
             return [
-                f"class {wclass.name} runs only on preemptible nodes ({where}), but the pod's "
-                f"{_constraint_names(spec, label.key)} exclude them: remove that constraint, or "
+                f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
+                f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that constraint, or "
                 f"use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
             ]
     elif wclass.placement is Placement.STANDARD:

@@ -101,6 +101,7 @@ def _headline(r: Result) -> str:
         verdict = "REFUSED"
     else:
         verdict = "ALLOWED" + (", would be refused in enforce mode" if d.refused else "")
+        verdict += "" if d.workload_class else ", unclassified: left as written"
     klass = f"  class={d.workload_class} ({d.classification.source})" if d.workload_class else ""
     return f"{r.document.source}:{r.document.line}  {_title(r)}{klass}  {verdict}"
 
