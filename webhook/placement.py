@@ -58,8 +58,8 @@ def _refusals(spec: dict[str, Any], wclass: WorkloadClass, policy: Policy) -> li
         if not constraints.admits(spec, label.key, label.preemptible):
             return [
                 f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
-                f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that constraint, or "
-                f"use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
+                f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that "
+                f"constraint, or use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
             ]
     elif wclass.placement is Placement.STANDARD:
         others = _non_preemptible_states(spec, policy)
