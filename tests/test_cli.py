@@ -1,0 +1,174 @@
+"""The CLI, run as users run it: the installed `preemptguard` console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonpatch
+import pytest
+import yaml
+
+from tests.conftest import EXAMPLES, POLICIES, REPO
+
+EXE = shutil.which("preemptguard", path=str(Path(sys.executable).parent)) or "preemptguard"
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [EXE, *args], input=stdin, capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
+
+
+def test_check_examples_text() -> None:
+    proc = run("check", "-f", "examples/")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
+    out = proc.stdout
+    assert (
+        "examples/serving.yaml:39  Deployment inference/chat-api-canary  class=serving (annotation)  REFUSED"
+        in out
+    )
+    assert (
+        "examples/coordinator.yaml:3  Pod research/train-coordinator  class=coordinator (annotation)  REFUSED"
+        in out
+    )
+    assert "grace period lowered from 900 to 300 s" in out
+    assert "needs 315 s, more than the 300 s" in out
+    assert out.rstrip().endswith("16 objects: 13 allowed (9 with changes), 3 refused, 3 untouched")
+
+
+def test_check_json_patches_apply_to_the_file_objects() -> None:
+    proc = run("check", "-f", "examples/", "-o", "json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["summary"]["objects"] == 16
+    assert doc["summary"]["refused"] == 3
+    required = {
+        "file",
+        "kind",
+        "namespace",
+        "name",
+        "class",
+        "allowed",
+        "reasons",
+        "warnings",
+        "patch",
+    }
+    for result in doc["results"]:
+        assert required <= set(result)
+        source = [d for d in yaml.safe_load_all(Path(REPO / result["file"]).read_text()) if d]
+        obj = next(d for d in source if d["metadata"]["name"] == result["name"])
+        patched = jsonpatch.apply_patch(obj, result["patch"])
+        if result["class"] and result["allowed"] and result["kind"] != "Pod":
+            assert patched != obj, result["name"]
+        if not result["allowed"]:
+            assert result["patch"] == []
+            assert result["reasons"]
+
+
+def test_check_reads_stdin_and_exits_zero_when_all_allowed() -> None:
+    text = (EXAMPLES / "batch-inference.yaml").read_text()
+    proc = run("check", "-f", "-", "-o", "json", stdin=text)
+    assert proc.returncode == 0, proc.stdout
+    [result] = json.loads(proc.stdout)["results"]
+    assert (result["file"], result["class"], result["allowed"]) == (
+        "<stdin>",
+        "interruptible",
+        True,
+    )
+
+
+def test_namespace_annotations_come_from_namespace_objects_in_the_input() -> None:
+    alone = json.loads(run("check", "-f", "examples/sweep-job.yaml", "-o", "json").stdout)
+    together = json.loads(
+        run(
+            "check", "-f", "examples/namespaces.yaml", "-f", "examples/sweep-job.yaml", "-o", "json"
+        ).stdout
+    )
+    assert alone["results"][0]["class"] is None
+    job = next(r for r in together["results"] if r["kind"] == "Job")
+    assert (job["class"], job["source"]) == ("interruptible", "namespace default")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "kind: Pod\nmetadata: {name: [\n", "<stdin>:3: not valid YAML", id="broken-yaml"
+        ),
+        pytest.param(
+            "- a\n- b\n", "a document must be a Kubernetes object, not a list", id="not-an-object"
+        ),
+        pytest.param("metadata: {name: x}\n", "apiVersion and kind missing", id="no-kind"),
+    ],
+)
+def test_bad_input_exits_two_with_a_located_error(text: str, message: str) -> None:
+    proc = run("check", "-f", "-", stdin=text)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreadable_path_and_invalid_policy_exit_two(tmp_path) -> None:
+    proc = run("check", "-f", str(tmp_path / "missing.yaml"))
+    assert (proc.returncode, "cannot read" in proc.stderr) == (2, True)
+    (tmp_path / "policy.yaml").write_text(
+        (POLICIES / "default" / "policy.yaml").read_text().replace("mode: enforce", "mode: maybe")
+    )
+    proc = run("check", "-f", "examples/", "--policies", str(tmp_path))
+    assert proc.returncode == 2
+    assert f"error: invalid policy: {tmp_path / 'policy.yaml'}:10: spec.mode:" in proc.stderr
+
+
+def test_warn_mode_policy_allows_everything(tmp_path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        (POLICIES / "default" / "policy.yaml").read_text().replace("mode: enforce", "mode: warn")
+    )
+    proc = run("check", "-f", "examples/", "--policies", str(tmp_path))
+    assert proc.returncode == 0
+    assert "3 would be refused in enforce mode" in proc.stdout
+
+
+def test_explain_names_the_source_and_the_reason_for_each_change() -> None:
+    proc = run("explain", "-f", "examples/namespaces.yaml", "-f", "examples/ray-cluster.yaml")
+    assert proc.returncode == 0
+    head = proc.stdout.split("\n\n")[2]
+    assert head.splitlines()[:2] == [
+        "Pod sweeps/raycluster-sweep-head  (examples/ray-cluster.yaml:4)",
+        "    class: coordinator, decided by rule ray-head (label ray.io/node-type=head)",
+    ]
+    assert (
+        "change spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: requires together.ai/compute-class NotIn [preemptible]"
+        in head
+    )
+    assert "warning: classification sources disagree" in head
+
+
+def test_policy_test_command_runs_the_shipped_cases() -> None:
+    proc = run("test", "policies")
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == "32 passed, 0 failed"
+
+
+def test_policy_test_command_fails_on_a_wrong_case(tmp_path) -> None:
+    shutil.copy(POLICIES / "default" / "policy.yaml", tmp_path / "policy.yaml")
+    (tmp_path / "tests").mkdir()
+    case = yaml.safe_load_all((POLICIES / "default" / "tests" / "rules.yaml").read_text())
+    first = next(case)
+    first["spec"]["expect"]["class"] = "serving"
+    (tmp_path / "tests" / "case.yaml").write_text(yaml.safe_dump(first))
+    proc = run("test", str(tmp_path))
+    assert proc.returncode == 1
+    assert "FAIL  rule-ray-head-makes-a-coordinator" in proc.stdout
+    assert "class: expected 'serving', got 'coordinator' (rule ray-head)" in proc.stdout
+
+
+def test_module_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "webhook", "--version"], capture_output=True, text=True, check=False
+    )
+    assert proc.stdout.strip() == "preemptguard, version 0.1.0"

@@ -1,0 +1,335 @@
+"""The engine on the shipped example manifests and on odd pod specs, with exact outcomes."""
+
+from __future__ import annotations
+
+import copy
+import io
+from typing import Any
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from webhook.decision import Context
+from webhook.dryrun import check
+from webhook.engine import evaluate
+from webhook.manifests import load_manifests
+from webhook.patch import apply_patch, make_patch
+from webhook.policy import Mode, Policy
+
+KEY = "together.ai/compute-class"
+TOLERATION = {"key": KEY, "operator": "Equal", "value": "preemptible", "effect": "NoSchedule"}
+
+
+def expr(op: str) -> dict[str, Any]:
+    return {"key": KEY, "operator": op, "values": ["preemptible"]}
+
+
+def required(op: str) -> dict[str, Any]:
+    term = {"matchExpressions": [expr(op)]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+PREFERRED = {
+    "nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [expr("In")]}}
+        ]
+    }
+}
+
+
+def record(prefix: str, cls: str, *, whole: bool = False) -> dict[str, Any]:
+    if whole:
+        return {
+            "op": "add",
+            "path": f"{prefix}/metadata/annotations",
+            "value": {"together.ai/placement": cls},
+        }
+    return {
+        "op": "add",
+        "path": f"{prefix}/metadata/annotations/together.ai~1placement",
+        "value": cls,
+    }
+
+
+def add(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "add", "path": path, "value": value}
+
+
+T = "/spec/template"
+CJ = "/spec/jobTemplate/spec/template"
+
+EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
+    "batch-inference": (
+        "interruptible",
+        True,
+        [
+            record(T, "interruptible"),
+            add(f"{T}/spec/affinity", required("In")),
+            add(f"{T}/spec/tolerations", [TOLERATION]),
+        ],
+    ),
+    "train-coordinator": ("coordinator", False, []),
+    "train-coordinator-fixed": (
+        "coordinator",
+        True,
+        [record("", "coordinator"), add("/spec/affinity", required("NotIn"))],
+    ),
+    "nightly-evals": (
+        "flexible",
+        True,
+        [
+            record(CJ, "flexible"),
+            add(f"{CJ}/spec/affinity", PREFERRED),
+            add(f"{CJ}/spec/tolerations", [TOLERATION]),
+        ],
+    ),
+    "finetune-321b": ("interruptible", False, []),
+    "finetune-8b": (
+        "interruptible",
+        True,
+        [
+            record("", "interruptible"),
+            add("/spec/affinity", required("In")),
+            add("/spec/tolerations", [TOLERATION]),
+            add("/spec/terminationGracePeriodSeconds", 150),
+        ],
+    ),
+    "login": (
+        "login",
+        True,
+        [record(T, "login", whole=True), add(f"{T}/spec/affinity", required("NotIn"))],
+    ),
+    "sweeps": (None, True, []),
+    "inference": (None, True, []),
+    "raycluster-sweep-head": (
+        "coordinator",
+        True,
+        [record("", "coordinator", whole=True), add("/spec/affinity", required("NotIn"))],
+    ),
+    "raycluster-sweep-worker-gpu-x7k2p": (
+        "interruptible",
+        True,
+        [
+            record("", "interruptible", whole=True),
+            add("/spec/affinity", required("In")),
+            add("/spec/tolerations", [TOLERATION]),
+        ],
+    ),
+    "chat-api": (
+        "serving",
+        True,
+        [
+            record(T, "serving"),
+            add(
+                f"{T}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/1",
+                expr("NotIn"),
+            ),
+        ],
+    ),
+    "chat-api-canary": ("serving", False, []),
+    "lr-sweep": (
+        "interruptible",
+        True,
+        [
+            record(T, "interruptible"),
+            add(f"{T}/spec/affinity", required("In")),
+            add(f"{T}/spec/tolerations", [TOLERATION]),
+            {"op": "replace", "path": f"{T}/spec/terminationGracePeriodSeconds", "value": 300},
+        ],
+    ),
+    "dcgm-exporter": (None, True, []),
+    "debug-shell": (None, True, []),
+}
+
+
+@pytest.fixture(scope="module")
+def example_results(policy: Policy) -> dict[str, Any]:
+    manifests = load_manifests([str(EXAMPLES)], io.StringIO())
+    assert manifests.errors == []
+    return {r.decision.name: r for r in check(manifests, policy, default_namespace="default")}
+
+
+def test_examples_cover_every_object(example_results) -> None:
+    assert sorted(example_results) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_outcome(example_results, name: str) -> None:
+    cls, allowed, patch = EXPECTED[name]
+    result = example_results[name]
+    assert (result.decision.workload_class, result.decision.allowed) == (cls, allowed)
+    assert sorted(result.patch, key=lambda op: op["path"]) == sorted(
+        patch, key=lambda op: op["path"]
+    )
+    if not allowed:
+        assert result.decision.violations
+        assert all(":" in v for v in result.decision.violations)
+
+
+def pod(spec: Any, annotations: dict[str, str] | None = None, **meta: Any) -> dict[str, Any]:
+    metadata = {
+        "name": "p",
+        "namespace": "team-a",
+        "annotations": annotations or {"together.ai/workload": "interruptible"},
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {**metadata, **meta}, "spec": spec}
+
+
+CTX = Context(namespace="team-a")
+C = [{"name": "c", "image": "busybox"}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected_spec"),
+    [
+        pytest.param(
+            {"containers": C, "affinity": None, "tolerations": None},
+            {"containers": C, "affinity": required("In"), "tolerations": [TOLERATION]},
+            id="null-affinity-and-tolerations",
+        ),
+        pytest.param(
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+                    }
+                },
+            },
+            {"containers": C, "affinity": required("In"), "tolerations": [TOLERATION]},
+            id="empty-term-list",
+        ),
+        pytest.param(
+            {"containers": C, "tolerations": [{"operator": "Exists"}]},
+            {"containers": C, "tolerations": [{"operator": "Exists"}], "affinity": required("In")},
+            id="exists-with-empty-key-already-tolerates",
+        ),
+        pytest.param(
+            {
+                "containers": C,
+                "tolerations": [{"key": KEY, "operator": "Exists", "effect": "NoExecute"}],
+            },
+            {
+                "containers": C,
+                "tolerations": [
+                    {"key": KEY, "operator": "Exists", "effect": "NoExecute"},
+                    TOLERATION,
+                ],
+                "affinity": required("In"),
+            },
+            id="toleration-for-another-effect-does-not-count",
+        ),
+        pytest.param(
+            {"containers": C, "affinity": {"podAntiAffinity": {"x": 1}}},
+            {
+                "containers": C,
+                "affinity": {"podAntiAffinity": {"x": 1}, **required("In")},
+                "tolerations": [TOLERATION],
+            },
+            id="sibling-affinity-kept",
+        ),
+        pytest.param(
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [expr("In")]}]
+                        }
+                    }
+                },
+            },
+            {"containers": C, "affinity": required("In"), "tolerations": [TOLERATION]},
+            id="requirement-already-present",
+        ),
+    ],
+)
+def test_odd_but_valid_pod_specs(policy, spec, expected_spec) -> None:
+    decision = evaluate(pod(spec), policy, CTX)
+    assert decision.allowed, decision.violations
+    assert decision.mutated["spec"] == expected_spec
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        pytest.param(pod(None), "Pod has no spec mapping", id="null-spec"),
+        pytest.param(pod("text"), "Pod has no spec mapping", id="string-spec"),
+        pytest.param(
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}},
+            "Deployment has no spec.template.spec mapping",
+            id="deployment-without-template",
+        ),
+        pytest.param(
+            pod({"containers": C, "terminationGracePeriodSeconds": "600"}),
+            "must be a non-negative whole number of seconds, got '600'",
+            id="grace-as-string",
+        ),
+        pytest.param(
+            pod({"containers": C, "terminationGracePeriodSeconds": -5}),
+            "non-negative",
+            id="negative-grace",
+        ),
+    ],
+)
+def test_malformed_objects_are_refused_with_a_reason(policy, obj, reason) -> None:
+    decision = evaluate(obj, policy, CTX)
+    assert not decision.allowed
+    assert any(reason in v for v in decision.violations), decision.violations
+    assert decision.mutated == obj
+
+
+def test_input_is_never_modified(policy) -> None:
+    obj = pod({"containers": C, "terminationGracePeriodSeconds": 900})
+    before = copy.deepcopy(obj)
+    decision = evaluate(obj, policy, CTX)
+    assert obj == before
+    assert decision.mutated["spec"]["terminationGracePeriodSeconds"] == 300
+
+
+def test_warn_mode_allows_and_reports(policy) -> None:
+    warn = Policy(**{**policy.__dict__, "mode": Mode.WARN})
+    obj = pod({"containers": C, "nodeSelector": {KEY: "standard"}})
+    decision = evaluate(obj, warn, CTX)
+    assert decision.allowed
+    assert decision.refused
+    assert decision.mutated == obj
+    assert any(
+        w.startswith("would be refused in enforce mode: class interruptible")
+        for w in decision.warnings
+    )
+
+
+def test_without_a_taint_no_toleration_is_added(policy) -> None:
+    untainted = Policy(**{**policy.__dict__, "taint": None})
+    decision = evaluate(pod({"containers": C}), untainted, CTX)
+    assert "tolerations" not in decision.mutated["spec"]
+    assert decision.mutated["spec"]["affinity"] == required("In")
+
+
+def test_a_list_is_checked_item_by_item(policy) -> None:
+    text = """
+apiVersion: v1
+kind: List
+items:
+  - {apiVersion: v1, kind: Pod, metadata: {name: a, annotations: {together.ai/workload: serving}}, spec: {containers: [{name: c, image: x}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: b, annotations: {together.ai/workload: nope}}, spec: {containers: [{name: c, image: x}]}}
+"""
+    manifests = load_manifests(["-"], io.StringIO(text))
+    results = check(manifests, policy, default_namespace="default")
+    assert [(r.decision.name, r.decision.allowed) for r in results] == [("a", True), ("b", False)]
+
+
+def test_patch_applies_to_the_original(policy) -> None:
+    obj = pod(
+        {"containers": C, "tolerations": [{"key": "a", "operator": "Exists"}]}, labels={"x/y": "z"}
+    )
+    decision = evaluate(obj, policy, CTX)
+    ops = make_patch(obj, decision.mutated)
+    assert apply_patch(obj, ops) == decision.mutated
+    assert make_patch(obj, obj) == []
