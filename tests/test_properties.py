@@ -110,7 +110,10 @@ def junk_pods(draw: st.DrawFn) -> dict[str, Any]:
             junk,
             st.fixed_dictionaries(
                 {},
-                optional=dict.fromkeys(("nodeSelector", "affinity", "tolerations", "terminationGracePeriodSeconds"), junk),
+                optional=dict.fromkeys(
+                    ("nodeSelector", "affinity", "tolerations", "terminationGracePeriodSeconds"),
+                    junk,
+                ),
             ),
         )
     )

@@ -130,9 +130,19 @@ def _check_schema(doc: Located, source: str) -> None:
     validator = jsonschema.Draft202012Validator(policy_schema())
     errors = sorted(validator.iter_errors(doc.value), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        first = min(errors, key=lambda e: doc.line_of(list(e.absolute_path)))
-        path = list(first.absolute_path)
+        first = min(errors, key=lambda e: doc.line_of(_error_path(e)))
+        path = _error_path(first)
         raise PolicyError(source, doc.line_of(path), _dotted(path), _schema_message(first))
+
+
+def _error_path(error: jsonschema.ValidationError) -> list[str | int]:
+    """Where the error is; for an unknown field, the field itself rather than its parent."""
+    path: list[str | int] = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, Mapping) else {}
+        extra = sorted(str(k) for k in error.instance if k not in known)
+        path += extra[:1]
+    return path
 
 
 def _schema_message(error: jsonschema.ValidationError) -> str:
