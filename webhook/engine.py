@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from webhook.classify import PodFacts, Verdict, classify
 from webhook.decision import Change, Classification, Context, Decision, Obj
 from webhook.grace import grace_budget
+from webhook.jsoncopy import json_copy
 from webhook.placement import Outcome, place
 from webhook.policy import Mode, Policy
 from webhook.workloads import (
@@ -41,9 +41,27 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     verdict = classify(_facts(obj, template, kind, namespace, ctx), policy)
     if verdict.classification.name is None or verdict.violations:
         return base.finish(policy, verdict, Outcome(violations=list(verdict.violations)), obj)
-    mutated = copy.deepcopy(obj)
+    mutated = copy_for_placement(obj, kind)
     outcome = _place(mutated, kind, verdict, policy)
     return base.finish(policy, verdict, outcome, obj if outcome.violations else mutated)
+
+
+def copy_for_placement(obj: Obj, kind: WorkloadKind) -> Obj:
+    """A copy of ``obj`` whose pod template can be changed without touching ``obj``.
+
+    The template's spec and metadata are copied deeply; the rest of the object, which the
+    engine never writes (managedFields above all), is shared with the original.
+    """
+    mutated = dict(obj)
+    node = mutated
+    for part in kind.template_path:
+        node[part] = dict(node[part])
+        node = node[part]
+    node["spec"] = json_copy(node["spec"])
+    meta = node.get("metadata")
+    if isinstance(meta, dict):
+        node["metadata"] = {k: v if k == "managedFields" else json_copy(v) for k, v in meta.items()}
+    return mutated
 
 
 def _skip_reason(
