@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from webhook.classify import PodFacts, Verdict, classify
+from webhook.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
 from webhook.decision import Change, Classification, Context, Decision, Obj
 from webhook.grace import grace_budget
 from webhook.jsoncopy import json_copy
@@ -39,6 +40,7 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
             policy, f"{kind.kind} has no {where} mapping: it cannot be placed; add it"
         )
     verdict = classify(_facts(obj, template, kind, namespace, ctx), policy)
+    verdict = _with_misplaced_annotation(verdict, obj, kind)
     if verdict.classification.name is None or verdict.violations:
         return base.finish(policy, verdict, Outcome(violations=list(verdict.violations)), obj)
     mutated = copy_for_placement(obj, kind)
@@ -101,6 +103,19 @@ def _facts(
         owner_kind=kind.pod_owner_kind if not kind.is_pod else controller_kind(obj),
         namespace_annotations=ctx.namespace_annotations,
     )
+
+
+def _with_misplaced_annotation(verdict: Verdict, obj: Obj, kind: WorkloadKind) -> Verdict:
+    """Warn when the class annotation sits on the workload, where its pods never see it."""
+    own = string_map(mapping_at(obj, "metadata").get("annotations"))
+    if kind.is_pod or WORKLOAD_ANNOTATION not in own:
+        return verdict
+    where = ".".join((*kind.template_path, "metadata", "annotations"))
+    warning = (
+        f"{WORKLOAD_ANNOTATION} on the {kind.kind}'s own metadata does not reach its pods and "
+        f"is ignored: put it in {where}"
+    )
+    return dataclasses.replace(verdict, warnings=(*verdict.warnings, warning))
 
 
 def _place(mutated: Obj, kind: WorkloadKind, verdict: Verdict, policy: Policy) -> Outcome:

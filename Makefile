@@ -1,0 +1,50 @@
+# Thin aliases; each recipe is also a command you can type yourself.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+CERTS  ?= .certs
+
+.PHONY: install run test lint typecheck unit e2e control-plane check-examples bench clean
+
+$(BIN)/preemptguard: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(BIN)/preemptguard
+
+# Starts the webhook over TLS on 127.0.0.1:8443 with the built-in default policy;
+# certificates for 127.0.0.1/localhost are issued into $(CERTS)/ (ca.crt verifies them).
+run: install
+	$(BIN)/preemptguard serve --self-signed $(CERTS) --host 127.0.0.1 --port 8443 --metrics-port 9090
+
+test: lint typecheck control-plane
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest -m "not e2e"
+
+e2e: install control-plane
+	$(BIN)/pytest -m e2e
+
+# Builds (once, ~10 minutes) or finds etcd, kube-apiserver, kube-scheduler and
+# kube-controller-manager; honours KUBEBUILDER_ASSETS.
+control-plane:
+	hack/control-plane-binaries.sh >/dev/null
+
+check-examples: install
+	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1
+
+bench: install
+	$(BIN)/python benchmarks/engine_bench.py
+
+clean:
+	rm -rf $(VENV) $(CERTS) .pytest_cache .mypy_cache .ruff_cache .hypothesis
