@@ -247,6 +247,45 @@ C = [{"name": "c", "image": "busybox"}]
             {"containers": C, "affinity": required("In"), "tolerations": [TOLERATION]},
             id="requirement-already-present",
         ),
+        pytest.param(
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": KEY, "operator": "Exists"},
+                                        {"key": KEY, "operator": "NotIn", "values": ["standard"]},
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": KEY, "operator": "Exists"},
+                                        {"key": KEY, "operator": "NotIn", "values": ["standard"]},
+                                        expr("In"),
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+                "tolerations": [TOLERATION],
+            },
+            id="term-admitting-unnamed-values-is-narrowed",
+        ),
     ],
 )
 def test_odd_but_valid_pod_specs(policy, spec, expected_spec) -> None:

@@ -14,6 +14,9 @@ from webhook.policy import Taint
 
 LabelState = str | None
 
+# A label value no constraint names (not even a valid label value), standing for all of them.
+UNNAMED_VALUE = "\x00unnamed"
+
 
 def expression_admits(expr: Any, key: str, value: LabelState) -> bool:
     """Whether one matchExpressions entry lets a node whose ``key`` label is ``value`` through."""

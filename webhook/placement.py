@@ -120,7 +120,7 @@ def _already_narrower(
     term: dict[str, Any], expr: dict[str, Any], key: str, states: list[LabelState]
 ) -> bool:
     """True when the term already excludes every node ``expr`` would exclude."""
-    candidates = {*states, *(v for v in expr["values"])}
+    candidates = {*states, *expr["values"], constraints.UNNAMED_VALUE}
     return all(
         not constraints.term_admits(term, key, s)
         for s in candidates
