@@ -1,0 +1,152 @@
+"""What each hook answers for one parsed request: the engine's decision turned into a review.
+
+The mutating hook places pods on CREATE. The validating hook sees the final object after every
+mutating webhook, so it re-checks pods on CREATE and workload templates on CREATE and UPDATE.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from webhook import review
+from webhook.decision import Context, Decision, Obj
+from webhook.patch import make_patch
+from webhook.policy import Mode, Policy
+from webhook.review import AdmissionReview, Request
+
+Evaluator = Callable[[Obj, Policy, Context], Decision]
+
+CLASS_AUDIT_KEY = "workload-class"
+SOURCE_AUDIT_KEY = "classified-by"
+
+
+class Hook(enum.Enum):
+    MUTATE = "mutate"
+    VALIDATE = "validate"
+
+
+class Outcome(enum.Enum):
+    SKIPPED = "skipped"  # not evaluated, or the engine leaves the object alone
+    ALLOWED = "allowed"
+    PATCHED = "patched"
+    WARNED = "warned"  # would be refused in enforce mode; warn mode lets it through
+    REFUSED = "refused"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The review to send back, with what the log line and the metrics need."""
+
+    review: AdmissionReview
+    outcome: Outcome
+    decision: Decision | None = None
+    patch_ops: int = 0
+    detail: str = ""
+
+
+def admit(
+    hook: Hook,
+    request: Request,
+    policy: Policy,
+    namespace_annotations: Mapping[str, str],
+    evaluate: Evaluator,
+) -> Admission:
+    """Answer ``request`` on ``hook``; a failure inside the engine is refused with code 500."""
+    reason = _not_checked(hook, request)
+    if reason is not None:
+        return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason)
+    assert request.object is not None  # parse_review requires it for CREATE and UPDATE
+    context = Context(request.operation, request.namespace, namespace_annotations)
+    decision = evaluate(request.object, policy, context)
+    if decision.skipped is not None:
+        return Admission(
+            review.allowed(request), Outcome.SKIPPED, decision, detail=decision.skipped
+        )
+    if not decision.allowed:
+        message = "; ".join(decision.violations)
+        answer = review.denied(request, message, warnings=decision.warnings, audit=_audit(decision))
+        return Admission(answer, Outcome.REFUSED, decision, detail=message)
+    if hook is Hook.MUTATE:
+        return _mutated(request, decision)
+    return _validated(request, decision, policy)
+
+
+def internal_error(request: Request) -> Admission:
+    """The answer when evaluating ``request`` raised: refused, never a crash or a hang."""
+    message = (
+        f"internal error while checking {request.kind} {_where(request)}; "
+        f"the preemptguard log has the details under uid {request.uid}"
+    )
+    return Admission(review.errored(request, message), Outcome.ERROR, detail=message)
+
+
+def unavailable(request: Request, why: str) -> Admission:
+    """The answer when no policy is loaded: refused with 503, so nothing passes unchecked."""
+    return Admission(review.errored(request, why, code=503), Outcome.ERROR, detail=why)
+
+
+def _not_checked(hook: Hook, request: Request) -> str | None:
+    if request.sub_resource:
+        return f"subresource {request.sub_resource} is not checked"
+    if request.operation not in ("CREATE", "UPDATE"):
+        return f"{request.operation} is not checked"
+    if request.is_pod and request.operation == "UPDATE":
+        return "pods are placed when created; the API server forbids changing placement later"
+    if hook is Hook.MUTATE and not request.is_pod:
+        return "workload templates are checked by /validate, never mutated"
+    return None
+
+
+def _mutated(request: Request, decision: Decision) -> Admission:
+    assert request.object is not None
+    ops = make_patch(request.object, decision.mutated)
+    answer = review.patched(request, ops, warnings=decision.warnings, audit=_audit(decision))
+    outcome = Outcome.PATCHED if ops else _allowed_outcome(decision)
+    return Admission(answer, outcome, decision, patch_ops=len(ops))
+
+
+def _validated(request: Request, decision: Decision, policy: Policy) -> Admission:
+    audit = _audit(decision)
+    if not (request.is_pod and decision.changes):
+        answer = review.allowed(request, warnings=decision.warnings, audit=audit)
+        return Admission(answer, _allowed_outcome(decision), decision)
+    message = _unplaced(decision)
+    if policy.mode is Mode.WARN:
+        warnings = [*decision.warnings, f"would be refused in enforce mode: {message}"]
+        answer = review.allowed(request, warnings=warnings, audit=audit)
+        return Admission(answer, Outcome.WARNED, decision, detail=message)
+    answer = review.denied(request, message, warnings=decision.warnings, audit=audit)
+    return Admission(answer, Outcome.REFUSED, decision, detail=message)
+
+
+def _unplaced(decision: Decision) -> str:
+    """Why a pod that the mutating hook would have changed cannot be admitted as it is."""
+    missing = "; ".join(f"{c.field}: {c.reason}" for c in decision.changes)
+    return (
+        f"the pod reached validation without the placement of its class "
+        f"{decision.workload_class} ({missing}): the mutating webhook did not run or another "
+        f"webhook undid its changes; check preemptguard's MutatingWebhookConfiguration "
+        f"(rules, namespaceSelector, failurePolicy) and the webhooks that run after it"
+    )
+
+
+def _allowed_outcome(decision: Decision) -> Outcome:
+    return Outcome.WARNED if decision.violations else Outcome.ALLOWED
+
+
+def _audit(decision: Decision) -> dict[str, str]:
+    # Keys become "<webhook name>/<key>" in the audit log: no "/" allowed in them.
+    if decision.workload_class is None:
+        return {}
+    return {
+        CLASS_AUDIT_KEY: decision.workload_class,
+        SOURCE_AUDIT_KEY: decision.classification.source,
+    }
+
+
+def _where(request: Request) -> str:
+    name = request.name or "(unnamed)"
+    return f"{request.namespace}/{name}" if request.namespace else name

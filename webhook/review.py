@@ -1,0 +1,259 @@
+"""AdmissionReview ``admission.k8s.io/v1`` on the wire: read a request, build the answer.
+
+Every answer echoes the request's ``uid`` and ``apiVersion``/``kind``: the API server treats a
+response without them as a failed call and falls back to the webhook's ``failurePolicy``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict, cast, get_args
+
+from webhook.decision import Obj, Operation
+
+API_VERSION = "admission.k8s.io/v1"
+# v1beta1 has the same fields; an API server configured with it must get v1beta1 back.
+API_VERSIONS = (API_VERSION, "admission.k8s.io/v1beta1")
+REVIEW_KIND = "AdmissionReview"
+PATCH_TYPE: Literal["JSONPatch"] = "JSONPatch"
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class Status(TypedDict, total=False):
+    code: int
+    reason: str
+    message: str
+
+
+class _ResponseRequired(TypedDict):
+    uid: str
+    allowed: bool
+
+
+class AdmissionResponse(_ResponseRequired, total=False):
+    status: Status
+    patch: str
+    patchType: Literal["JSONPatch"]
+    warnings: list[str]
+    auditAnnotations: dict[str, str]
+
+
+class AdmissionReview(TypedDict):
+    apiVersion: str
+    kind: str
+    response: AdmissionResponse
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview this server can answer; ``str()`` is one line."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """The parts of an AdmissionReview request the server acts on and logs."""
+
+    api_version: str
+    uid: str
+    kind: str
+    group: str
+    operation: Operation
+    namespace: str | None
+    name: str
+    sub_resource: str | None
+    user: str
+    dry_run: bool
+    object: Obj | None
+    old_object: Obj | None
+
+    @property
+    def is_pod(self) -> bool:
+        return self.group == "" and self.kind == "Pod"
+
+
+def loads(body: bytes) -> object:
+    """The JSON document in ``body``."""
+    try:
+        return cast(object, json.loads(body))
+    except RecursionError:
+        raise BadReview("body is not usable JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise BadReview(f"body is not JSON: {_one_line(exc)}") from None
+
+
+def parse_review(doc: object) -> Request:
+    """The request of an AdmissionReview document, or ``BadReview`` saying what is wrong."""
+    if not isinstance(doc, dict):
+        raise BadReview(f"not an AdmissionReview: the body is a JSON {_json_type(doc)}")
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if api_version not in API_VERSIONS or kind != REVIEW_KIND:
+        raise BadReview(
+            f"not an AdmissionReview: apiVersion {api_version!r}, kind {kind!r}; "
+            f"expected {API_VERSION} {REVIEW_KIND}"
+        )
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("the AdmissionReview has no request")
+    return _request(str(api_version), request)
+
+
+def _request(api_version: str, raw: dict[str, Any]) -> Request:
+    uid = raw.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid is missing: the answer must echo it")
+    operation = raw.get("operation")
+    if operation not in get_args(Operation):
+        raise BadReview(
+            f"request.operation {operation!r} is not one of CREATE, UPDATE, DELETE, CONNECT"
+        )
+    obj, old = _object(raw, "object"), _object(raw, "oldObject")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise BadReview(f"request.object is missing: a {operation} review carries the object")
+    gvk = _mapping(raw, "kind")
+    return Request(
+        api_version=api_version,
+        uid=uid,
+        kind=_text(gvk, "kind", "request.kind") or _text(obj or {}, "kind", "object.kind"),
+        group=_text(gvk, "group", "request.kind"),
+        operation=cast(Operation, operation),
+        namespace=_text(raw, "namespace", "request") or None,
+        name=_text(raw, "name", "request") or _display_name(obj or old or {}),
+        sub_resource=_text(raw, "subResource", "request") or None,
+        user=_text(_mapping(raw, "userInfo"), "username", "request.userInfo"),
+        dry_run=_flag(raw, "dryRun"),
+        object=obj,
+        old_object=old,
+    )
+
+
+def allowed(
+    request: Request, *, warnings: Iterable[str] = (), audit: Mapping[str, str] | None = None
+) -> AdmissionReview:
+    """Admit the object as it is."""
+    return _review(request, _response(request, True, warnings, audit))
+
+
+def patched(
+    request: Request,
+    ops: Sequence[Mapping[str, Any]],
+    *,
+    warnings: Iterable[str] = (),
+    audit: Mapping[str, str] | None = None,
+) -> AdmissionReview:
+    """Admit the object with ``ops`` applied; without ops, the same as ``allowed``."""
+    response = _response(request, True, warnings, audit)
+    if ops:
+        response["patch"] = encode_patch(ops)
+        response["patchType"] = PATCH_TYPE
+    return _review(request, response)
+
+
+def denied(
+    request: Request,
+    message: str,
+    *,
+    code: int = 403,
+    reason: str = "Forbidden",
+    warnings: Iterable[str] = (),
+    audit: Mapping[str, str] | None = None,
+) -> AdmissionReview:
+    """Refuse the object; kubectl shows ``message`` after the webhook's name."""
+    response = _response(request, False, warnings, audit)
+    response["status"] = {"code": code, "reason": reason, "message": message}
+    return _review(request, response)
+
+
+def errored(request: Request, message: str, *, code: int = 500) -> AdmissionReview:
+    """Refuse because the webhook itself failed on a well-formed request."""
+    return denied(request, message, code=code, reason="InternalError")
+
+
+def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
+    """JSON Patch as the API server wants it in ``response.patch``: base64 of the JSON."""
+    return base64.b64encode(json.dumps(list(ops), separators=(",", ":")).encode()).decode()
+
+
+def decode_patch(patch: str) -> list[dict[str, Any]]:
+    """The operations of an encoded ``response.patch``."""
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(patch))
+    return ops
+
+
+def _review(request: Request, response: AdmissionResponse) -> AdmissionReview:
+    return {"apiVersion": request.api_version, "kind": REVIEW_KIND, "response": response}
+
+
+def _response(
+    request: Request, allow: bool, warnings: Iterable[str], audit: Mapping[str, str] | None
+) -> AdmissionResponse:
+    response: AdmissionResponse = {"uid": request.uid, "allowed": allow}
+    # The API server drops duplicates too, but repeated lines clutter kubectl's output.
+    unique = [w for w in dict.fromkeys(warnings) if w]
+    if unique:
+        response["warnings"] = unique
+    if audit:
+        response["auditAnnotations"] = dict(audit)
+    return response
+
+
+def _object(raw: Mapping[str, Any], key: str) -> Obj | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadReview(f"request.{key} is a JSON {_json_type(value)}, not an object")
+    return value
+
+
+def _mapping(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadReview(f"request.{key} is a JSON {_json_type(value)}, not an object")
+    return value
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadReview(f"{where}.{key} is a JSON {_json_type(value)}, not a string")
+    return value
+
+
+def _flag(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadReview(f"request.{key} is a JSON {_json_type(value)}, not a boolean")
+    return value
+
+
+def _display_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return ""
+    for key in ("name", "generateName"):
+        value = meta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
