@@ -1,0 +1,85 @@
+"""Structured JSON logs: one line per event, the server's own and gunicorn's alike."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def _shared_processors() -> list[structlog.types.Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+
+
+def configure(level: str = "info", stream: TextIO | None = None) -> None:
+    """Send structlog events to ``stream`` (stdout) as JSON lines, at ``level`` and above."""
+    structlog.configure(
+        processors=[
+            *_shared_processors(),
+            # A traceback becomes a JSON field: the event stays one line.
+            structlog.processors.dict_tracebacks,
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
+        logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),
+        cache_logger_on_first_use=True,
+    )
+
+
+def stdlib_config(level: str = "info") -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` that renders stdlib records (gunicorn's) as the same JSON."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "json": {
+                "()": structlog.stdlib.ProcessorFormatter,
+                "processors": [
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.dict_tracebacks,
+                    structlog.processors.JSONRenderer(sort_keys=False),
+                ],
+                "foreign_pre_chain": [*_shared_processors(), _component],
+            }
+        },
+        "handlers": {
+            "stdout": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stdout",
+            }
+        },
+        "root": {"handlers": ["stdout"], "level": level.upper()},
+        "loggers": {
+            "gunicorn.error": {"handlers": ["stdout"], "level": level.upper(), "propagate": False},
+            "gunicorn.access": {"handlers": [], "level": "CRITICAL", "propagate": False},
+        },
+    }
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger tagged with ``component=name``; configured on first use, not on import."""
+    return structlog.get_logger(component=name)
+
+
+def _component(
+    logger: logging.Logger, method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    record = event.get("_record")
+    if isinstance(record, logging.LogRecord):
+        event["component"] = record.name
+    return event
+
+
+def _level_number(level: str) -> int:
+    if level.lower() not in LEVELS:
+        raise ValueError(f"log level {level!r} is not one of {', '.join(LEVELS)}")
+    return int(logging.getLevelName(level.upper()))
