@@ -1,0 +1,136 @@
+"""``preemptguard serve`` and ``preemptguard certs`` (registered on the main command group)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from webhook import certs
+from webhook.logs import LEVELS
+from webhook.policy_files import PolicyError
+from webhook.reload import CertificateError
+from webhook.runtime import ServeOptions, serve
+from webhook.serving import ServerSettings
+
+SERVE_EXAMPLES = """
+\b
+Examples:
+  preemptguard serve --self-signed .certs
+  preemptguard serve --cert-file /tls/tls.crt --key-file /tls/tls.key --policies /policies
+"""
+
+CERTS_EXAMPLES = """
+\b
+Example:
+  preemptguard certs --service preemptguard --namespace preemptguard-system --out .certs
+"""
+
+_PATH = click.Path(path_type=Path)
+
+
+@click.command("serve", epilog=SERVE_EXAMPLES)
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8443, show_default=True, help="HTTPS port for the hooks.")
+@click.option(
+    "--metrics-port", default=9090, show_default=True, help="Plain-HTTP port of /metrics; 0: off."
+)
+@click.option("--policies", type=_PATH, help="Policy folder or file (default: built-in policy).")
+@click.option("--cert-file", type=_PATH, help="PEM serving certificate (chain).")
+@click.option("--key-file", type=_PATH, help="PEM private key of the serving certificate.")
+@click.option(
+    "--self-signed",
+    type=_PATH,
+    help="Issue a CA and a certificate for localhost and 127.0.0.1 into this folder "
+    "(reused while valid); clients trust DIR/ca.crt.",
+)
+@click.option("--threads", default=16, show_default=True, help="Threads serving reviews.")
+@click.option(
+    "--graceful-timeout",
+    default=30,
+    show_default=True,
+    help="Seconds to finish in-flight reviews after SIGTERM.",
+)
+@click.option(
+    "--reload-interval",
+    default=2.0,
+    show_default=True,
+    help="Seconds between checks of the policy and certificate files.",
+)
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+def serve_command(
+    host: str,
+    port: int,
+    metrics_port: int,
+    policies: Path | None,
+    cert_file: Path | None,
+    key_file: Path | None,
+    self_signed: Path | None,
+    threads: int,
+    graceful_timeout: int,
+    reload_interval: float,
+    log_level: str,
+) -> None:
+    """Serve /mutate and /validate over TLS, with /healthz, /readyz and /metrics.
+
+    Namespace annotations are read from the cluster of KUBECONFIG, or in a pod from its
+    service account; without either, the server runs without them.
+    """
+    cert_file, key_file = _serving_files(cert_file, key_file, self_signed)
+    settings = ServerSettings(
+        host=host,
+        port=port,
+        threads=threads,
+        graceful_timeout=graceful_timeout,
+        log_level=log_level,
+    )
+    options = ServeOptions(
+        cert_file=cert_file,
+        key_file=key_file,
+        policies=policies,
+        server=settings,
+        metrics_port=metrics_port,
+        reload_interval=reload_interval,
+    )
+    try:
+        serve(options)
+    except (PolicyError, CertificateError) as exc:
+        click.echo(f"preemptguard serve: {exc}", err=True)
+        sys.exit(2)
+
+
+@click.command("certs", epilog=CERTS_EXAMPLES)
+@click.option("--service", required=True, help="Name of the webhook's Service.")
+@click.option("--namespace", required=True, help="Namespace of the Service.")
+@click.option("--out", type=_PATH, required=True, help="Folder for ca.crt, tls.crt, tls.key.")
+@click.option(
+    "--host",
+    "extra_hosts",
+    multiple=True,
+    help="Another DNS name or IP address for the certificate. Repeatable.",
+)
+def certs_command(service: str, namespace: str, out: Path, extra_hosts: tuple[str, ...]) -> None:
+    """Issue a CA and a serving certificate for the webhook Service.
+
+    Put DIR/ca.crt (base64) in the webhook configurations' caBundle, and tls.crt and tls.key
+    in the Secret the server mounts.
+    """
+    hosts = [*certs.service_hosts(service, namespace), *extra_hosts]
+    paths = certs.write(certs.issue(hosts), out)
+    click.echo(f"wrote {paths.ca}, {paths.cert} and {paths.key} for {', '.join(hosts)}")
+
+
+def _serving_files(
+    cert_file: Path | None, key_file: Path | None, self_signed: Path | None
+) -> tuple[Path, Path]:
+    if self_signed is not None:
+        if cert_file or key_file:
+            raise click.UsageError("give --self-signed DIR or --cert-file/--key-file, not both")
+        paths, issued = certs.ensure_self_signed(self_signed, certs.LOCAL_HOSTS)
+        what = "issued new" if issued else "reusing"
+        click.echo(f"{what} certificates in {self_signed}; clients trust {paths.ca}", err=True)
+        return paths.cert, paths.key
+    if cert_file is None or key_file is None:
+        raise click.UsageError("give --cert-file and --key-file, or --self-signed DIR")
+    return cert_file, key_file

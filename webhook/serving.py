@@ -1,0 +1,175 @@
+"""The production server: gunicorn's threaded worker over TLS, fixed for the API server's client.
+
+One worker process with a pool of threads: the engine needs microseconds per review, so one
+process serves thousands of reviews a second, and the caches, the reloader and the metrics
+live in one place. Scale out with replicas behind the Service.
+
+Stock gthread hands a new TLS connection to a pool thread that completes the handshake and
+then blocks reading the first request. Go's HTTP client, which the API server uses, dials
+spare connections during bursts and parks them idle in its pool; each one then holds a thread
+until it is used or closed, and once they hold every thread the server stops answering (seen
+here: 20 s hangs with 2 workers x 4 threads at 16 connections; 4 idle connections stall 4
+threads for good). ``WebhookWorker`` gives the thread back when a handshake is not followed
+by a request at once, as gthread already does for idle kept-alive connections.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gunicorn import http, sock
+from gunicorn.app.base import BaseApplication
+from gunicorn.workers import gthread
+
+from webhook.logs import stdlib_config
+
+WSGIApp = Callable[..., Any]
+
+
+class TLSSource(Protocol):
+    """Where new connections get their TLS context (``reload.CertStore`` swaps it on change)."""
+
+    cert_file: Path
+    key_file: Path
+
+    @property
+    def context(self) -> ssl.SSLContext: ...
+
+
+# A client that opens a connection sends its ClientHello at once; one that has not finished
+# the handshake in this time is not the API server.
+HANDSHAKE_TIMEOUT = 10.0
+# How long a thread waits for the first request after a handshake before handing the
+# connection to the poller; a client that will send one has usually sent it already.
+FIRST_REQUEST_WAIT = 0.005
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "0.0.0.0"
+    port: int = 8443
+    threads: int = 16
+    # Longer than the idle timeout of Go's HTTP client (90 s), so the API server closes idle
+    # connections first: when the server closes them, a review sent at that moment fails.
+    keepalive: int = 120
+    graceful_timeout: int = 30
+    backlog: int = 2048
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Called in the worker process: after it starts, when asked to stop, and as it exits."""
+
+    started: Callable[[], None] = lambda: None
+    stopping: Callable[[], None] = lambda: None
+    exited: Callable[[], None] = lambda: None
+
+
+class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
+    """gthread whose threads never wait on an idle, freshly handshaken TLS connection."""
+
+    def handle(self, conn: gthread.TConn) -> Any:
+        if conn.initialized or not self.cfg.is_ssl:
+            return super().handle(conn)
+        if not conn.data_ready and not conn.wait_for_data(gthread.DEFAULT_WORKER_DATA_TIMEOUT):
+            return gthread._DEFER
+        if not self._handshake(conn):
+            return False
+        conn.data_ready = bool(conn.sock.pending())
+        if conn.wait_for_data(FIRST_REQUEST_WAIT):
+            return super().handle(conn)
+        # finish_request() parks a deferred connection in the poller until it is readable.
+        return gthread._DEFER
+
+    def _handshake(self, conn: gthread.TConn) -> bool:
+        conn.initialized = True
+        conn.sock.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            conn.sock = sock.ssl_wrap_socket(conn.sock, self.cfg)
+            conn.sock.do_handshake()
+        except (OSError, ssl.SSLError) as exc:
+            self.log.debug("TLS handshake with %s failed: %s", conn.client, exc)
+            return False
+        conn.sock.settimeout(None)
+        conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        return True
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.alive:
+            self.app.hooks.stopping()
+        super().handle_exit(sig, frame)
+
+
+class _Application(BaseApplication):  # type: ignore[misc]
+    def __init__(
+        self, app: WSGIApp, tls: TLSSource, settings: ServerSettings, hooks: Hooks
+    ) -> None:
+        self.wsgi_app, self.tls, self.settings, self.hooks = app, tls, settings, hooks
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in gunicorn_options(self.settings, self.tls, self.hooks).items():
+            self.cfg.set(key, value)
+
+    def load(self) -> WSGIApp:
+        return self.wsgi_app
+
+
+def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> dict[str, Any]:
+    """The gunicorn settings of the webhook server."""
+
+    def ssl_context(config: Any, default_factory: Any) -> ssl.SSLContext:
+        # Without ALPN h2 on our context, gthread never pins a thread to an HTTP/2 connection.
+        return tls.context
+
+    def post_worker_init(worker: Any) -> None:
+        hooks.started()
+
+    def worker_exit(server: Any, worker: Any) -> None:
+        hooks.exited()
+
+    options: dict[str, Any] = {
+        "bind": [
+            f"[{settings.host}]:{settings.port}"
+            if ":" in settings.host
+            else f"{settings.host}:{settings.port}"
+        ],
+        "workers": 1,
+        "worker_class": WebhookWorker,
+        "threads": settings.threads,
+        "keepalive": settings.keepalive,
+        "graceful_timeout": settings.graceful_timeout,
+        "backlog": settings.backlog,
+        # These switch gunicorn to TLS; the context itself comes from ``tls`` on each connection.
+        "certfile": str(tls.cert_file),
+        "keyfile": str(tls.key_file),
+        "ssl_context": ssl_context,
+        "post_worker_init": post_worker_init,
+        "worker_exit": worker_exit,
+        "accesslog": None,
+        "logconfig_dict": stdlib_config(settings.log_level),
+        "loglevel": settings.log_level,
+        "proc_name": "preemptguard",
+        "preload_app": True,
+        # gunicorn's runtime control socket would write into $HOME; nothing here uses it.
+        "control_socket_disable": True,
+    }
+    if os.path.isdir("/dev/shm"):
+        # gunicorn's heartbeat file; a read-only root filesystem may have no writable /tmp.
+        options["worker_tmp_dir"] = "/dev/shm"
+    return options
+
+
+def run(app: WSGIApp, tls: TLSSource, settings: ServerSettings, hooks: Hooks) -> None:
+    """Serve ``app`` over TLS until SIGTERM or SIGINT; returns after a graceful stop."""
+    try:
+        _Application(app, tls, settings, hooks).run()
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
