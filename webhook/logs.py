@@ -30,7 +30,8 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
         logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),
-        cache_logger_on_first_use=True,
+        # Not cached: reconfiguring (tests, a level change) must reach loggers made at import.
+        cache_logger_on_first_use=False,
     )
 
 

@@ -32,8 +32,16 @@ ApiFactory = Callable[[], Any]
 class NamespaceCache:
     """Annotations of every namespace, listed then watched in a daemon thread."""
 
-    def __init__(self, api_factory: ApiFactory | None, metrics: Metrics, *, source: str) -> None:
+    def __init__(
+        self,
+        api_factory: ApiFactory | None,
+        metrics: Metrics,
+        *,
+        source: str,
+        backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX),
+    ) -> None:
         self._api_factory, self.metrics, self.source = api_factory, metrics, source
+        self.backoff = backoff
         self._annotations: dict[str, Mapping[str, str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -42,15 +50,17 @@ class NamespaceCache:
         metrics.namespace_cache_synced.set(0)
 
     @classmethod
-    def from_environment(cls, metrics: Metrics) -> NamespaceCache:
+    def from_environment(
+        cls, metrics: Metrics, backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX)
+    ) -> NamespaceCache:
         """From ``KUBECONFIG``, else the in-cluster service account, else disabled."""
         kubeconfig = os.environ.get("KUBECONFIG")
         if kubeconfig:
-            return cls(
-                lambda: _kubeconfig_api(kubeconfig), metrics, source=f"KUBECONFIG={kubeconfig}"
-            )
+            source = f"KUBECONFIG={kubeconfig}"
+            return cls(lambda: _kubeconfig_api(kubeconfig), metrics, source=source, backoff=backoff)
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return cls(_in_cluster_api, metrics, source="in-cluster service account")
+            source = "in-cluster service account"
+            return cls(_in_cluster_api, metrics, source=source, backoff=backoff)
         return cls(None, metrics, source="none")
 
     def annotations(self, namespace: str | None) -> Mapping[str, str]:
@@ -79,19 +89,20 @@ class NamespaceCache:
             self._thread.join(timeout=1)
 
     def _run(self) -> None:
-        delay = BACKOFF_MIN
+        shortest, longest = self.backoff
+        delay = shortest
         api = None
         while not self._stop.is_set():
             try:
                 api = api or self._api_factory()  # type: ignore[misc]
                 version = self._list(api)
-                delay = BACKOFF_MIN
+                delay = shortest
                 self._follow(api, version)
             except Exception as exc:  # noqa: BLE001
                 # Whatever broke (network, auth, 410 Gone), the cure is the same: relist.
                 self._unsynced(exc, delay)
                 self._stop.wait(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
+                delay = min(delay * 2, longest)
 
     def _list(self, api: Any) -> str:
         listing = api.list_namespace(_request_timeout=(CONNECT_TIMEOUT, 60))

@@ -74,6 +74,8 @@ class Hooks:
 class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
     """gthread whose threads never wait on an idle, freshly handshaken TLS connection."""
 
+    nr_conns: int
+
     def handle(self, conn: gthread.TConn) -> Any:
         if conn.initialized or not self.cfg.is_ssl:
             return super().handle(conn)
@@ -99,6 +101,14 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         conn.sock.settimeout(None)
         conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         return True
+
+    def finish_request(self, conn: gthread.TConn, fs: Any) -> None:
+        # One finished request closes at most one connection. gthread counts a close twice
+        # when closing raises, and a count below the truth ends a graceful shutdown before
+        # the reviews still in flight are answered.
+        floor = self.nr_conns - 1
+        super().finish_request(conn, fs)
+        self.nr_conns = max(self.nr_conns, floor)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.alive:
