@@ -1,0 +1,66 @@
+"""Run the real server stack with test-only engine behaviour (a slow or trivial evaluate).
+
+Usage: python harness.py '{"cert_file": ..., "key_file": ..., "port": ..., "slow_seconds": ...}'
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from webhook import engine
+from webhook.decision import Context, Decision, Obj
+from webhook.metrics import Metrics
+from webhook.policy import Policy
+from webhook.reload import CertStore
+from webhook.runtime import ServeOptions, serve
+from webhook.serving import Hooks, ServerSettings, run
+
+
+def socket_probe(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    """Report the options of the accepted socket this request came in on."""
+    sock = environ["gunicorn.socket"]
+    body = json.dumps(
+        {"nodelay": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0}
+    ).encode()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body]
+
+
+def main() -> None:
+    options = json.loads(sys.argv[1])
+    if options.get("socket_probe"):
+        settings = ServerSettings(host="127.0.0.1", port=options["port"])
+        store = CertStore(Path(options["cert_file"]), Path(options["key_file"]), Metrics())
+        run(socket_probe, store, settings, Hooks())
+        return
+    slow = float(options.get("slow_seconds", 0))
+
+    def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
+        time.sleep(slow)
+        return engine.evaluate(obj, policy, ctx)
+
+    serve(
+        ServeOptions(
+            cert_file=Path(options["cert_file"]),
+            key_file=Path(options["key_file"]),
+            policies=Path(options["policies"]) if options.get("policies") else None,
+            server=ServerSettings(
+                host="127.0.0.1",
+                port=options["port"],
+                threads=options.get("threads", 16),
+                graceful_timeout=options.get("graceful_timeout", 30),
+            ),
+            metrics_port=options.get("metrics_port", 0),
+            reload_interval=options.get("reload_interval", 2.0),
+        ),
+        evaluate=evaluate,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Start the real server in a subprocess and talk to it over verified TLS."""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / ".." / "shared" / "fixtures" / "admission-reviews"
+HARNESS = Path(__file__).with_name("harness.py")
+STARTUP_SECONDS = 20.0
+
+DEFAULT_POLICY = resources.files("webhook").joinpath("data/default-policy.yaml").read_text()
+WARN_POLICY = DEFAULT_POLICY.replace("mode: enforce", "mode: warn").replace(
+    "name: default", "name: relaxed"
+)
+BROKEN_POLICY = DEFAULT_POLICY.replace("mode: enforce", "mode: sometimes")
+
+
+def fixture(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return doc
+
+
+def fixture_names() -> list[str]:
+    return sorted(p.stem for p in FIXTURES.glob("*.json"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def client_context(ca: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca))
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.body)
+        return doc
+
+    @property
+    def response(self) -> dict[str, Any]:
+        response: dict[str, Any] = self.json()["response"]
+        return response
+
+
+class Client:
+    """One keep-alive HTTPS connection, verified against a CA."""
+
+    def __init__(self, port: int, ca: Path, *, host: str = "127.0.0.1", timeout: float = 10):
+        self.conn = http.client.HTTPSConnection(
+            host, port, context=client_context(ca), timeout=timeout
+        )
+
+    def post(
+        self, path: str, body: bytes | dict[str, Any], content_type: str = "application/json"
+    ) -> Reply:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        self.conn.request("POST", path, data, {"Content-Type": content_type})
+        return self._reply()
+
+    def get(self, path: str) -> Reply:
+        self.conn.request("GET", path)
+        return self._reply()
+
+    def _reply(self) -> Reply:
+        resp = self.conn.getresponse()
+        return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+
+    def peer_certificate(self) -> dict[str, Any]:
+        sock = self.conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        cert = sock.getpeercert()
+        assert cert is not None
+        return dict(cert)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class ServerProcess:
+    """``preemptguard serve`` (or the test harness) in a subprocess, logs in a file."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        ca: Path,
+        log: Path,
+        port: int,
+        metrics_port: int,
+        env: dict[str, str] | None = None,
+        harness_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.ca, self.log_path, self.port, self.metrics_port = ca, log, port, metrics_port
+        if harness_options is None:
+            code = "from webhook.cli_server import serve_command; serve_command()"
+            command = [sys.executable, "-c", code, *args]
+        else:
+            command = [sys.executable, str(HARNESS), json.dumps(harness_options)]
+        environment = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        environment.update(env or {})
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=environment, cwd=REPO
+        )
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited {self.proc.returncode}:\n{self.logs()}")
+            try:
+                client = Client(self.port, self.ca, timeout=2)
+                if client.get("/healthz").status == 200:
+                    client.close()
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"server did not come up:\n{self.logs()}")
+
+    def client(self) -> Client:
+        return Client(self.port, self.ca)
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text: str = resp.read().decode()
+            return text
+
+    def metric(self, name: str) -> float:
+        """The value of one sample line (name with labels, as printed)."""
+        for line in self.metrics().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        raise AssertionError(f"no sample {name}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_events(self, event: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.logs().splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                if record.get("event") == event:
+                    found.append(record)
+        return found
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
+
+
+def wait_for(condition: Any, timeout: float = 10, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+def with_object(review: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    changed = copy.deepcopy(review)
+    changed["request"]["object"] = obj
+    return changed

@@ -1,0 +1,171 @@
+"""The Flask app with injected policy, namespace lookup and engine (no network)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.server.helpers import WARN_POLICY, fixture, with_object
+from webhook import logs
+from webhook.decision import Context, Decision, Obj
+from webhook.metrics import Metrics
+from webhook.policy import Policy
+from webhook.policy_files import builtin_policy, parse_policy
+from webhook.server import create_app
+
+SWEEP = fixture("create-pod-sweep-mutate")
+
+
+def warn_policy() -> Policy:
+    return parse_policy(WARN_POLICY, source="warn.yaml")
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    logs.configure("info", stream=stream)
+    yield stream
+    logs.configure("info")
+
+
+def client_for(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def review_of(client: FlaskClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    reply = client.post(path, json=body)
+    assert reply.status_code == 200, reply.data
+    doc: dict[str, Any] = reply.get_json()
+    return doc
+
+
+def test_engine_failure_is_a_refusal_with_code_500(log_stream: io.StringIO) -> None:
+    def broken(obj: Obj, policy: Policy, ctx: Context) -> Decision:
+        raise RuntimeError("engine bug")
+
+    metrics = Metrics()
+    app = create_app(builtin_policy, evaluate=broken, metrics=metrics)
+    doc = review_of(client_for(app), "/mutate", SWEEP)
+    response = doc["response"]
+    assert doc["apiVersion"] == "admission.k8s.io/v1"
+    assert response["uid"] == SWEEP["request"]["uid"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 500
+    assert response["status"]["reason"] == "InternalError"
+    assert SWEEP["request"]["uid"] in response["status"]["message"]
+    assert "Traceback" not in json.dumps(doc)
+    events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    failed = next(e for e in events if e["event"] == "admission_failed")
+    assert failed["exception"][0]["exc_value"] == "engine bug"
+    admission = next(e for e in events if e["event"] == "admission")
+    assert admission["outcome"] == "error"
+    sample = 'preemptguard_admissions_total{hook="mutate",outcome="error",workload_class="none"}'
+    assert f"{sample} 1.0" in metrics.render().decode()
+
+
+def test_without_a_policy_reviews_are_refused_and_not_ready() -> None:
+    client = client_for(create_app(lambda: None))
+    response = review_of(client, "/mutate", SWEEP)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 503
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.data == b"not ready: no policy loaded\n"
+    assert client.get("/healthz").status_code == 200
+
+
+def test_readiness_reports_the_problem() -> None:
+    problem: list[str | None] = [None]
+    client = client_for(create_app(builtin_policy, readiness=lambda: problem[0]))
+    assert client.get("/readyz").status_code == 200
+    problem[0] = "shutting down"
+    reply = client.get("/readyz")
+    assert (reply.status_code, reply.data) == (503, b"not ready: shutting down\n")
+
+
+def test_namespace_annotations_reach_the_engine() -> None:
+    seen: list[str | None] = []
+
+    def lookup(namespace: str | None) -> Mapping[str, str]:
+        seen.append(namespace)
+        return {"together.ai/default-workload": "interruptible"}
+
+    pod = copy.deepcopy(SWEEP["request"]["object"])
+    del pod["metadata"]["annotations"]
+    client = client_for(create_app(builtin_policy, lookup))
+    response = review_of(client, "/mutate", with_object(SWEEP, pod))["response"]
+    assert seen == ["team-a"]
+    assert response["auditAnnotations"]["workload-class"] == "interruptible"
+    assert response["auditAnnotations"]["classified-by"] != "annotation"
+    assert response["patchType"] == "JSONPatch"
+
+
+def test_warn_mode_lets_an_unplaced_pod_through_with_a_warning() -> None:
+    policy = warn_policy()
+    client = client_for(create_app(lambda: policy))
+    response = review_of(client, "/validate", fixture("create-pod-sweep-validate"))["response"]
+    assert response["allowed"] is True
+    assert any(
+        w.startswith("would be refused in enforce mode: the pod reached validation")
+        for w in response["warnings"]
+    )
+
+
+def test_warn_mode_allows_what_enforce_refuses() -> None:
+    policy = warn_policy()
+    client = client_for(create_app(lambda: policy))
+    review = fixture("create-pod-coordinator-0-mutate")
+    response = review_of(client, "/mutate", review)["response"]
+    assert response["allowed"] is True
+    assert any(w.startswith("would be refused in enforce mode") for w in response["warnings"])
+
+
+def test_v1beta1_is_answered_in_v1beta1() -> None:
+    review = copy.deepcopy(SWEEP)
+    review["apiVersion"] = "admission.k8s.io/v1beta1"
+    doc = review_of(client_for(create_app(builtin_policy)), "/mutate", review)
+    assert doc["apiVersion"] == "admission.k8s.io/v1beta1"
+
+
+def test_excluded_namespace_is_skipped() -> None:
+    review = copy.deepcopy(fixture("create-pod-coordinator-0-mutate"))
+    review["request"]["namespace"] = "kube-system"
+    review["request"]["object"]["metadata"]["namespace"] = "kube-system"
+    response = review_of(client_for(create_app(builtin_policy)), "/mutate", review)["response"]
+    assert response == {"uid": review["request"]["uid"], "allowed": True}
+
+
+def test_one_log_line_per_admission(log_stream: io.StringIO) -> None:
+    client = client_for(create_app(builtin_policy))
+    review_of(client, "/mutate", SWEEP)
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    assert len(lines) == 1
+    line = lines[0]
+    assert line["event"] == "admission"
+    assert line["level"] == "info"
+    expected = {
+        "uid": SWEEP["request"]["uid"],
+        "hook": "mutate",
+        "operation": "CREATE",
+        "kind": "Pod",
+        "namespace": "team-a",
+        "name": "sweep-",
+        "user": "admin",
+        "dry_run": False,
+        "workload_class": "interruptible",
+        "source": "annotation",
+        "outcome": "patched",
+        "allowed": True,
+        "patch_ops": 4,
+        "warnings": 1,
+    }
+    assert {k: line[k] for k in expected} == expected
+    assert isinstance(line["duration_ms"], float)
+    assert "timestamp" in line

@@ -1,0 +1,155 @@
+"""Malformed requests get HTTP 400 with one line saying why, from the running server."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.server.helpers import ServerProcess, fixture
+
+POD = fixture("create-pod-sweep-mutate")
+LIMIT = 7 * 1024 * 1024
+
+
+def without(path: tuple[str, ...]) -> dict[str, Any]:
+    review = copy.deepcopy(POD)
+    node = review
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return review
+
+
+def replaced(path: tuple[str, ...], value: object) -> dict[str, Any]:
+    review = copy.deepcopy(POD)
+    node = review
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return review
+
+
+CASES: list[tuple[str, bytes | dict[str, Any], str, str]] = [
+    ("wrong content type", b"{}", "text/plain", "content type must be application/json"),
+    ("not JSON", b"{not json", "application/json", "body is not JSON"),
+    ("empty body", b"", "application/json", "body is not JSON"),
+    (
+        "JSON array",
+        b"[1, 2]",
+        "application/json",
+        "not an AdmissionReview: the body is a JSON array",
+    ),
+    ("nested too deep", b"[" * 100_000, "application/json", "nested too deeply"),
+    ("wrong kind", replaced(("kind",), "Pod"), "application/json", "not an AdmissionReview"),
+    (
+        "wrong apiVersion",
+        replaced(("apiVersion",), "v1"),
+        "application/json",
+        "expected admission.k8s.io/v1 AdmissionReview",
+    ),
+    ("no request", without(("request",)), "application/json", "has no request"),
+    ("no uid", without(("request", "uid")), "application/json", "request.uid is missing"),
+    ("empty uid", replaced(("request", "uid"), ""), "application/json", "request.uid is missing"),
+    ("no object", without(("request", "object")), "application/json", "request.object is missing"),
+    (
+        "null object",
+        replaced(("request", "object"), None),
+        "application/json",
+        "request.object is missing",
+    ),
+    (
+        "object not a mapping",
+        replaced(("request", "object"), [1]),
+        "application/json",
+        "request.object is a JSON array, not an object",
+    ),
+    (
+        "unknown operation",
+        replaced(("request", "operation"), "PATCH"),
+        "application/json",
+        "request.operation 'PATCH' is not one of",
+    ),
+    (
+        "dryRun not a boolean",
+        replaced(("request", "dryRun"), "yes"),
+        "application/json",
+        "request.dryRun is a JSON string, not a boolean",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "reason"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+@pytest.mark.parametrize("hook", ["mutate", "validate"])
+def test_bad_request_gets_400_with_one_line(
+    server: ServerProcess, hook: str, body: bytes | dict[str, Any], content_type: str, reason: str
+) -> None:
+    client = server.client()
+    reply = client.post(f"/{hook}", body, content_type)
+    # The same connection keeps serving: a bad request costs nothing else.
+    healthy = client.get("/healthz")
+    client.close()
+    assert reply.status == 400
+    assert reply.headers["content-type"].startswith("text/plain")
+    text = reply.body.decode()
+    assert reason in text
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
+    assert "Traceback" not in text
+    assert healthy.status == 200
+
+
+def test_body_over_the_limit_is_refused_before_it_is_read(server: ServerProcess) -> None:
+    client = server.client()
+    client.conn.putrequest("POST", "/mutate")
+    client.conn.putheader("Content-Type", "application/json")
+    client.conn.putheader("Content-Length", str(LIMIT + 1))
+    client.conn.endheaders(b"{")
+    resp = client.conn.getresponse()
+    body = resp.read()
+    client.close()
+    assert resp.status == 400
+    assert body == b"body of 7340033 bytes is over the 7 MiB limit\n"
+
+
+def test_chunked_body_over_the_limit(server: ServerProcess) -> None:
+    chunks = (b" " * 1024 * 1024 for _ in range(8))
+    client = server.client()
+    client.conn.request(
+        "POST", "/validate", chunks, {"Content-Type": "application/json"}, encode_chunked=True
+    )
+    resp = client.conn.getresponse()
+    body = resp.read()
+    client.close()
+    assert resp.status == 400
+    assert body == b"body is over the 7 MiB limit\n"
+
+
+def test_bad_requests_are_counted_and_logged(server: ServerProcess) -> None:
+    before = server.metric('preemptguard_bad_requests_total{hook="validate"}')
+    client = server.client()
+    assert client.post("/validate", b"nope").status == 400
+    client.close()
+    after = server.metric('preemptguard_bad_requests_total{hook="validate"}')
+    assert after == before + 1
+    reasons = [r["reason"] for r in server.log_events("bad_request")]
+    assert any(r.startswith("body is not JSON") for r in reasons)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/mutate", 405), ("POST", "/nowhere", 404), ("PUT", "/validate", 405)],
+)
+def test_wrong_route_or_method(server: ServerProcess, method: str, path: str, status: int) -> None:
+    client = server.client()
+    client.conn.request(method, path, b"{}", {"Content-Type": "application/json"})
+    resp = client.conn.getresponse()
+    body = resp.read()
+    client.close()
+    assert resp.status == status
+    assert body.count(b"\n") == 1

@@ -1,0 +1,154 @@
+"""The namespace-annotation cache: list, watch, relist, and running without a cluster."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server.fake_apiserver import STOP, FakeApiServer
+from tests.server.helpers import ServerProcess, fixture, free_port, wait_for, with_object
+from webhook.metrics import Metrics
+from webhook.namespaces import NamespaceCache
+
+DEFAULT = "together.ai/default-workload"
+FAST = (0.05, 0.2)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    api = FakeApiServer()
+    api.namespaces = {"team-a": {DEFAULT: "interruptible"}, "web": {}}
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def cache(
+    fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[NamespaceCache]:
+    monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
+    cache = NamespaceCache.from_environment(Metrics(), backoff=FAST)
+    cache.start()
+    yield cache
+    cache.stop()
+
+
+def gauge(cache: NamespaceCache, name: str) -> float:
+    for line in cache.metrics.render().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(name)
+
+
+def test_lists_then_follows_the_watch(fake: FakeApiServer, cache: NamespaceCache) -> None:
+    events = fake.next_watch()
+    assert cache.synced
+    assert cache.annotations("team-a") == {DEFAULT: "interruptible"}
+    assert cache.annotations("web") == {}
+    assert cache.annotations("nowhere") == {}
+    assert cache.annotations(None) == {}
+    assert gauge(cache, "preemptguard_namespace_cache_synced") == 1
+    assert gauge(cache, "preemptguard_namespace_cache_namespaces") == 2
+
+    fake.event(events, "MODIFIED", "web", {DEFAULT: "serving"})
+    fake.event(events, "ADDED", "batch", {DEFAULT: "flexible"})
+    fake.event(events, "DELETED", "team-a", {})
+    wait_for(lambda: cache.annotations("web") == {DEFAULT: "serving"})
+    wait_for(lambda: cache.annotations("batch") == {DEFAULT: "flexible"})
+    wait_for(lambda: cache.annotations("team-a") == {})
+    assert fake.lists == 1
+
+
+def test_relists_after_the_watch_breaks(fake: FakeApiServer, cache: NamespaceCache) -> None:
+    events = fake.next_watch()
+    fake.namespaces["late"] = {DEFAULT: "login"}
+    events.put({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Gone",
+                                            "message": "too old resource version"}})  # fmt: skip
+    fake.next_watch()
+    wait_for(lambda: cache.annotations("late") == {DEFAULT: "login"})
+    assert fake.lists == 2
+    assert gauge(cache, "preemptguard_namespace_watch_errors_total") == 1
+    assert cache.synced
+
+
+def test_a_watch_that_ends_is_resumed_without_a_relist(
+    fake: FakeApiServer, cache: NamespaceCache
+) -> None:
+    fake.next_watch().put(STOP)
+    events = fake.next_watch()
+    fake.event(events, "ADDED", "after", {DEFAULT: "flexible"})
+    wait_for(lambda: cache.annotations("after") == {DEFAULT: "flexible"})
+    assert fake.lists == 1
+
+
+def test_unreachable_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = FakeApiServer()
+    kubeconfig = gone.kubeconfig(tmp_path / "kubeconfig")
+    gone.close()
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    cache = NamespaceCache.from_environment(Metrics(), backoff=FAST)
+    cache.start()
+    try:
+        wait_for(lambda: gauge(cache, "preemptguard_namespace_watch_errors_total") >= 2)
+        assert not cache.synced
+        assert gauge(cache, "preemptguard_namespace_cache_synced") == 0
+        assert cache.annotations("team-a") == {}
+    finally:
+        cache.stop()
+
+
+def test_without_a_cluster_the_cache_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cache = NamespaceCache.from_environment(Metrics())
+    cache.start()
+    assert cache.source == "none"
+    assert not cache.synced
+    assert gauge(cache, "preemptguard_namespace_cache_synced") == 0
+    assert cache.annotations("team-a") == {}
+    cache.stop()
+
+
+def test_server_classifies_by_namespace_and_keeps_answering_when_the_cluster_goes(
+    fake: FakeApiServer, tmp_path: Path, tls_dir: Path
+) -> None:
+    port, metrics_port = free_port(), free_port()
+    kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")
+    args = [
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--metrics-port", str(metrics_port),
+        "--cert-file", str(tls_dir / "tls.crt"),
+        "--key-file", str(tls_dir / "tls.key"),
+    ]  # fmt: skip
+    server = ServerProcess(
+        args,
+        ca=tls_dir / "ca.crt",
+        log=tmp_path / "server.log",
+        port=port,
+        metrics_port=metrics_port,
+        env={"KUBECONFIG": str(kubeconfig)},
+    )
+    try:
+        fake.next_watch()
+        wait_for(lambda: server.metric("preemptguard_namespace_cache_synced") == 1)
+        review = fixture("create-pod-sweep-mutate")
+        pod = copy.deepcopy(review["request"]["object"])
+        del pod["metadata"]["annotations"]
+        client = server.client()
+        response = client.post("/mutate", with_object(review, pod)).response
+        assert response["auditAnnotations"]["workload-class"] == "interruptible"
+        assert response["auditAnnotations"]["classified-by"] != "annotation"
+
+        fake.close()
+        wait_for(lambda: server.metric("preemptguard_namespace_cache_synced") == 0)
+        # The last seen annotations still apply while the cluster is away.
+        again = client.post("/mutate", with_object(review, pod)).response
+        assert again["auditAnnotations"]["workload-class"] == "interruptible"
+        client.close()
+        assert server.log_events("namespace_cache_unsynced")
+    finally:
+        assert server.terminate() == 0, server.logs()

@@ -1,0 +1,201 @@
+"""Certificates and policies reloaded under a running server, as Kubernetes mounts change."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server.helpers import (
+    BROKEN_POLICY,
+    DEFAULT_POLICY,
+    WARN_POLICY,
+    Client,
+    ServerProcess,
+    fixture,
+    free_port,
+    wait_for,
+)
+from webhook import certs
+from webhook.metrics import Metrics
+from webhook.policy_files import PolicyError
+from webhook.reload import CertificateError, CertStore, PolicyStore
+
+COORDINATOR = fixture("create-pod-coordinator-0-mutate")
+
+
+def mount(directory: Path, files: dict[str, bytes], generation: str) -> None:
+    """Update ``directory`` the way the kubelet updates a ConfigMap or Secret volume."""
+    directory.mkdir(exist_ok=True)
+    data = directory / f"..{generation}"
+    data.mkdir()
+    for name, content in files.items():
+        (data / name).write_bytes(content)
+    staged = directory / "..data_tmp"
+    staged.symlink_to(data.name)
+    os.replace(staged, directory / "..data")
+    for name in files:
+        link = directory / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")
+
+
+def tls_files(issued: certs.Issued) -> dict[str, bytes]:
+    return {"ca.crt": issued.ca_cert, "tls.crt": issued.cert, "tls.key": issued.key}
+
+
+def metric(metrics: Metrics, name: str) -> float:
+    for line in metrics.render().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(name)
+
+
+# --- the stores on their own ---------------------------------------------------------------
+
+
+def test_policy_store_follows_symlink_swaps_and_keeps_the_last_good(tmp_path: Path) -> None:
+    metrics = Metrics()
+    mount(tmp_path, {"policy.yaml": DEFAULT_POLICY.encode()}, "1")
+    store = PolicyStore(tmp_path, metrics)
+    assert store.check() is False
+    mount(tmp_path, {"policy.yaml": WARN_POLICY.encode()}, "2")
+    assert store.check() is True
+    assert (store.policy.name, store.policy.mode.value) == ("relaxed", "warn")
+    mount(tmp_path, {"policy.yaml": BROKEN_POLICY.encode()}, "3")
+    assert store.check() is False
+    assert store.policy.name == "relaxed"
+    assert store.check() is False  # a refused version is reported once
+    assert metric(metrics, "preemptguard_policy_reloads_total") == 1
+    assert metric(metrics, "preemptguard_policy_reload_failures_total") == 1
+    assert metric(metrics, 'preemptguard_policy_info{mode="warn",name="relaxed"}') == 1
+
+
+def test_policy_store_refuses_a_bad_policy_at_start(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(BROKEN_POLICY)
+    with pytest.raises(PolicyError, match=r"policy.yaml:\d+: spec.mode"):
+        PolicyStore(tmp_path, Metrics())
+
+
+def test_builtin_policy_needs_no_files() -> None:
+    store = PolicyStore(None, Metrics())
+    assert store.policy.name == "default"
+    assert store.check() is False
+
+
+def test_cert_store_swaps_context_and_survives_a_half_written_pair(tmp_path: Path) -> None:
+    metrics = Metrics()
+    first, second = certs.issue(["a.example"]), certs.issue(["b.example"])
+    mount(tmp_path, tls_files(first), "1")
+    store = CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", metrics)
+    context = store.context
+    assert context.minimum_version is ssl.TLSVersion.TLSv1_2
+    # A rewrite in place, the key first: the pair does not match until the certificate follows.
+    (tmp_path / "tls.key").unlink()
+    (tmp_path / "tls.key").write_bytes(second.key)
+    assert store.check() is False
+    assert store.context is context
+    (tmp_path / "tls.crt").unlink()
+    (tmp_path / "tls.crt").write_bytes(second.cert)
+    assert store.check() is True
+    assert store.context is not context
+    assert metric(metrics, "preemptguard_certificate_reloads_total") == 2
+    assert metric(metrics, "preemptguard_certificate_reload_failures_total") == 1
+    expiry = certs.not_after(second.cert).timestamp()
+    assert metric(metrics, "preemptguard_certificate_expiry_timestamp_seconds") == expiry
+
+
+def test_cert_store_refuses_missing_files_at_start(tmp_path: Path) -> None:
+    with pytest.raises(CertificateError, match="cannot use certificate"):
+        CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", Metrics())
+
+
+# --- under the running server --------------------------------------------------------------
+
+
+@pytest.fixture
+def mounted_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]:
+    tls, policies = tmp_path / "tls", tmp_path / "policies"
+    first = certs.issue(list(certs.LOCAL_HOSTS))
+    mount(tls, tls_files(first), "1")
+    mount(policies, {"policy.yaml": DEFAULT_POLICY.encode()}, "1")
+    port, metrics_port = free_port(), free_port()
+    args = [
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--metrics-port", str(metrics_port),
+        "--cert-file", str(tls / "tls.crt"),
+        "--key-file", str(tls / "tls.key"),
+        "--policies", str(policies),
+        "--reload-interval", "0.1",
+    ]  # fmt: skip
+    ca_copy = tmp_path / "first-ca.crt"
+    ca_copy.write_bytes(first.ca_cert)
+    proc = ServerProcess(
+        args, ca=ca_copy, log=tmp_path / "server.log", port=port, metrics_port=metrics_port
+    )
+    yield proc, tls, policies
+    assert proc.terminate() == 0, proc.logs()
+
+
+def test_new_connections_get_the_new_certificate(
+    mounted_server: tuple[ServerProcess, Path, Path], tmp_path: Path
+) -> None:
+    server, tls, _ = mounted_server
+    old_ca = server.ca
+    kept = Client(server.port, old_ca)
+    assert kept.get("/healthz").status == 200
+    second = certs.issue(list(certs.LOCAL_HOSTS))
+    new_ca = tmp_path / "second-ca.crt"
+    new_ca.write_bytes(second.ca_cert)
+    mount(tls, tls_files(second), "2")
+
+    def new_certificate_served() -> bool:
+        client = Client(server.port, new_ca, timeout=2)
+        try:
+            return client.get("/healthz").status == 200
+        except ssl.SSLCertVerificationError:
+            return False
+        finally:
+            client.close()
+
+    wait_for(new_certificate_served, timeout=10)
+    stale = Client(server.port, old_ca, timeout=2)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        stale.get("/healthz")
+    stale.close()
+    # A connection opened before the swap keeps working on its own session.
+    assert kept.post("/mutate", fixture("create-pod-sweep-mutate")).status == 200
+    kept.close()
+    assert server.metric("preemptguard_certificate_reloads_total") == 2
+    expiry = certs.not_after(second.cert).timestamp()
+    assert server.metric("preemptguard_certificate_expiry_timestamp_seconds") == expiry
+    assert server.log_events("certificate_reloaded")
+
+
+def test_policy_change_takes_effect_and_an_invalid_one_is_refused(
+    mounted_server: tuple[ServerProcess, Path, Path],
+) -> None:
+    server, _, policies = mounted_server
+    client = server.client()
+    assert client.post("/mutate", COORDINATOR).response["allowed"] is False
+
+    mount(policies, {"policy.yaml": WARN_POLICY.encode()}, "2")
+    wait_for(lambda: client.post("/mutate", COORDINATOR).response["allowed"])
+    assert server.metric("preemptguard_policy_reloads_total") == 1
+    assert server.metric('preemptguard_policy_info{mode="warn",name="relaxed"}') == 1
+
+    mount(policies, {"policy.yaml": BROKEN_POLICY.encode()}, "3")
+    wait_for(lambda: server.metric("preemptguard_policy_reload_failures_total") == 1)
+    response = client.post("/mutate", COORDINATOR).response
+    assert response["allowed"] is True  # still the last good policy, in warn mode
+    assert any(w.startswith("would be refused in enforce mode") for w in response["warnings"])
+    assert client.get("/readyz").status == 200
+    client.close()
+    refused = server.log_events("policy_reload_refused")
+    assert len(refused) == 1
+    assert "spec.mode" in refused[0]["error"]
+    assert refused[0]["serving"] == "relaxed"

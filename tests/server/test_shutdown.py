@@ -1,0 +1,68 @@
+"""SIGTERM: stop accepting, answer every review already in flight, exit 0."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+from tests.server.helpers import Client, Reply, ServerProcess, fixture, free_port
+
+SLOW_SECONDS = 1.5
+IN_FLIGHT = 6
+
+
+def test_sigterm_finishes_in_flight_reviews(tmp_path: Path, tls_dir: Path) -> None:
+    port = free_port()
+    server = ServerProcess(
+        [],
+        ca=tls_dir / "ca.crt",
+        log=tmp_path / "server.log",
+        port=port,
+        metrics_port=0,
+        harness_options={
+            "cert_file": str(tls_dir / "tls.crt"),
+            "key_file": str(tls_dir / "tls.key"),
+            "port": port,
+            "slow_seconds": SLOW_SECONDS,
+        },
+    )
+    review = fixture("create-pod-sweep-mutate")
+    replies: list[Reply | Exception] = []
+    # Connections opened before the signal: the API server's kept-alive ones.
+    clients = [Client(port, server.ca, timeout=30) for _ in range(IN_FLIGHT)]
+    probe = Client(port, server.ca, timeout=30)
+    for client in [*clients, probe]:
+        assert client.get("/healthz").status == 200
+
+    def send(client: Client) -> None:
+        try:
+            replies.append(client.post("/mutate", review))
+        except Exception as exc:  # noqa: BLE001 - every failure is reported below
+            replies.append(exc)
+
+    threads = [threading.Thread(target=send, args=(c,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    time.sleep(SLOW_SECONDS / 3)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    # Still answering on a kept-alive connection, but no longer asking for traffic.
+    ready = probe.get("/readyz")
+    assert (ready.status, ready.body) == (503, b"not ready: shutting down\n")
+    for thread in threads:
+        thread.join(timeout=30)
+    assert server.terminate() == 0, server.logs()
+    assert time.monotonic() - started < SLOW_SECONDS + 5
+
+    assert len(replies) == IN_FLIGHT
+    for reply in replies:
+        assert isinstance(reply, Reply), reply
+        assert reply.status == 200
+        assert reply.response["uid"] == review["request"]["uid"]
+        assert reply.response["patchType"] == "JSONPatch"
+    assert len(server.log_events("admission")) == IN_FLIGHT
+    for client in [*clients, probe]:
+        client.close()
