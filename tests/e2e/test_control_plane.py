@@ -1,0 +1,61 @@
+"""The harness itself: nodes the scheduler accepts, pods bound to them, workloads expanded by the
+controller-manager. Nothing here involves the webhook."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e import cluster
+from tests.e2e.cluster import PREEMPTIBLE, STANDARD
+from tests.e2e.controlplane import ControlPlane, Kube
+
+pytestmark = pytest.mark.e2e
+
+
+def test_fake_nodes_are_ready_schedulable_and_classed(kube: Kube, nodes: dict[str, str]) -> None:
+    for name, compute_class in nodes.items():
+        node = kube.get(f"/api/v1/nodes/{name}")
+        taints = {(t["key"], t.get("value"), t["effect"]) for t in node["spec"].get("taints", [])}
+        ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+        assert ready == "True"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert not any(key == cluster.NOT_READY_TAINT_KEY for key, _, _ in taints)
+        if compute_class == PREEMPTIBLE:
+            assert taints == {(cluster.CLASS_LABEL, PREEMPTIBLE, "NoSchedule")}
+        else:
+            assert not taints
+    assert cluster.node_classes(kube) == nodes
+
+
+def test_a_plain_pod_is_bound_to_a_standard_node(
+    kube: Kube, nodes: dict[str, str], namespace: str
+) -> None:
+    kube.create(f"/api/v1/namespaces/{namespace}/pods", cluster.pod("plain", gpus=1))
+    bound = cluster.wait_scheduled(kube, namespace, "plain")
+    # The taint alone keeps pods that do not tolerate it off preemptible nodes.
+    assert nodes[bound["spec"]["nodeName"]] == STANDARD
+    assert bound["status"]["phase"] == "Pending"
+
+
+def test_the_controller_manager_turns_a_deployment_into_bound_pods(
+    kube: Kube, nodes: dict[str, str], namespace: str
+) -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "plain"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "plain"}},
+            "template": cluster.pod_template({"app": "plain"}),
+        },
+    }
+    kube.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment)
+    pods = cluster.wait_pods_scheduled(kube, namespace, "app=plain", 2)
+    assert {nodes[p["spec"]["nodeName"]] for p in pods} == {STANDARD}
+
+
+def test_the_kubeconfig_reaches_the_cluster(control_plane: ControlPlane) -> None:
+    text = control_plane.kubeconfig.read_text()
+    assert control_plane.server in text
+    assert str(control_plane.ca_file) in text
