@@ -646,6 +646,8 @@ def running_control_plane(workdir: Path | None = None) -> Iterator[ControlPlane]
 def main() -> int:
     """Bring a control plane up, print how to reach it, and keep it until Ctrl-C or SIGTERM."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # A shell starts background jobs with SIGINT ignored; Ctrl-C and `kill -INT` should still stop us.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         print(
             "starting etcd, kube-apiserver, kube-scheduler, kube-controller-manager ...", flush=True
