@@ -16,6 +16,8 @@ have_all() {
 }
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  # envtest's own asset sets hold etcd and kube-apiserver only: add a kube-scheduler and a
+  # kube-controller-manager of the same release next to them.
   have_all "$KUBEBUILDER_ASSETS" || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks one of: ${wanted[*]}"; exit 1; }
   echo "$KUBEBUILDER_ASSETS"
   exit 0
@@ -27,9 +29,20 @@ if have_all "$bin"; then echo "$bin"; exit 0; fi
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
+# The cached etcd is a link to Debian's: if only that went away, reinstall it, not rebuild.
+if [[ -x $bin/kube-apiserver && -x $bin/kube-scheduler && -x $bin/kube-controller-manager ]]; then
+  log "installing etcd-server"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+  ln -sf /usr/bin/etcd "$bin/etcd"
+  have_all "$bin" || { log "etcd-server did not provide /usr/bin/etcd"; exit 1; }
+  echo "$bin"
+  exit 0
+fi
+
 install_build_deps() {
   local src=/etc/apt/sources.list.d/preemptguard-bookworm-src.sources
-  if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
+  if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     log "adding a deb-src entry for bookworm"
     as_root tee "$src" >/dev/null <<'SRC'
 Types: deb-src
