@@ -3,11 +3,17 @@ controller-manager. Nothing here involves the webhook."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tests.e2e import cluster
 from tests.e2e.cluster import PREEMPTIBLE, STANDARD
-from tests.e2e.controlplane import ControlPlane, Kube
+from tests.e2e.controlplane import REPO, ControlPlane, Kube
 
 pytestmark = pytest.mark.e2e
 
@@ -59,3 +65,52 @@ def test_the_kubeconfig_reaches_the_cluster(control_plane: ControlPlane) -> None
     text = control_plane.kubeconfig.read_text()
     assert control_plane.server in text
     assert str(control_plane.ca_file) in text
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_the_user_script_prints_a_kubeconfig_and_leaves_nothing_behind_on_ctrl_c(
+    control_plane: ControlPlane,
+) -> None:
+    # The binaries are already there (the session's control plane found them).
+    script = subprocess.Popen(
+        [sys.executable, str(REPO / "hack" / "control-plane.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert script.stdout is not None
+        lines = [script.stdout.readline() for _ in range(3)]
+        exports = [line for line in lines if line.startswith("export KUBECONFIG=")]
+        assert exports, lines
+        kubeconfig = Path(exports[0].strip().split("=", 1)[1])
+        config = yaml.safe_load(kubeconfig.read_text())
+        cluster_ = config["clusters"][0]["cluster"]
+        kube = Kube(
+            cluster_["server"],
+            config["users"][0]["user"]["token"],
+            Path(cluster_["certificate-authority"]),
+        )
+        assert kube.exists("/api/v1/namespaces/kube-system")
+        kube.close()
+        children = _children(script.pid)
+        assert len(children) == 4
+    finally:
+        script.send_signal(signal.SIGINT)
+        script.wait(30)
+        if script.stdout is not None:
+            script.stdout.close()
+    assert script.returncode == 0
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not kubeconfig.parent.exists()

@@ -1,0 +1,250 @@
+"""The real ``preemptguard serve`` as a subprocess, and the shipped webhook configurations
+pointed at it. Shared by the end-to-end fixtures and ``benchmarks/e2e_bench.py``."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from tests.e2e import cluster
+from tests.e2e.controlplane import ControlPlane, Kube, KubeError, free_port, wait_until
+from tests.e2e.render import NAMESPACE, SERVICE, find
+
+HOOK_PATHS = {"/mutate", "/validate"}
+CONFIG_KINDS = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+}
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+@dataclass
+class WebhookServer:
+    url: str
+    ca_file: Path
+    metrics_url: str
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def admissions(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
+        """The server's log records of reviews it answered for objects in ``namespace``."""
+        records = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                record.get("event") == "admission"
+                and record.get("namespace") == namespace
+                and (name is None or record.get("name") == name)
+            ):
+                records.append(record)
+        return records
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise ServerError(
+                f"preemptguard serve exited with {self.proc.returncode}:\n{self.log_tail()}"
+            )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def service_account_kubeconfig(
+    kube: Kube, control_plane: ControlPlane, base: list[dict[str, Any]], path: Path
+) -> Path:
+    """A kubeconfig holding a token of the shipped ServiceAccount, bound by the shipped RBAC.
+
+    The server then reads namespaces with exactly the rights an install grants it.
+    """
+    for kind in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        obj = find(base, kind)
+        api = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
+        plural = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts"}.get(
+            kind, kind.lower() + "s"
+        )
+        ns = obj["metadata"].get("namespace")
+        collection = f"{api}/namespaces/{ns}/{plural}" if ns else f"{api}/{plural}"
+        try:
+            kube.create(collection, obj)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+    token = kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    ).body["status"]["token"]
+    config = yaml.safe_load(control_plane.kubeconfig.read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def start_server(
+    work: Path, base: list[dict[str, Any]], kubeconfig: Path, *, log_level: str = "info"
+) -> WebhookServer:
+    """``preemptguard serve`` on 127.0.0.1 with the policy the base's ConfigMap ships; returns
+    once /readyz answers."""
+    policies = work / "policies"
+    policies.mkdir(parents=True, exist_ok=True)
+    for key, text in find(base, "ConfigMap")["data"].items():
+        (policies / key).write_text(text)
+    port, metrics_port = free_port(), free_port()
+    certs = work / "certs"
+    log_path = work / "server.log"
+    # Unbuffered, so that its log lines are in the file by the time a test reads them.
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+    argv = [
+        sys.executable,
+        "-m",
+        "webhook",
+        "serve",
+        "--self-signed",
+        str(certs),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics_port),
+        "--policies",
+        str(policies),
+        "--log-level",
+        log_level,
+    ]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = WebhookServer(
+        url=f"https://127.0.0.1:{port}",
+        ca_file=certs / "ca.crt",
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        log_path=log_path,
+        proc=proc,
+    )
+
+    def ready() -> bool:
+        server.check_alive()
+        if not server.ca_file.exists():
+            return False
+        with requests.Session() as s:
+            s.trust_env = False
+            return s.get(f"{server.url}/readyz", verify=str(server.ca_file), timeout=2).ok
+
+    try:
+        wait_until(ready, timeout=60, what="preemptguard serve /readyz", interval=0.2)
+    except (TimeoutError, ServerError) as exc:
+        server.stop()
+        raise ServerError(f"{exc}\n{server.log_tail()}") from None
+    return server
+
+
+def local_webhook_configurations(
+    base: list[dict[str, Any]], server_url: str, ca_pem: bytes
+) -> list[dict[str, Any]]:
+    """The base's webhook configurations with each Service reference replaced by a URL on
+    127.0.0.1 (same path) and the local CA: every other field is the shipped one."""
+    configs = []
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    for kind in CONFIG_KINDS:
+        config = copy.deepcopy(find(base, kind))
+        for hook in config["webhooks"]:
+            service = hook["clientConfig"].pop("service")
+            if service["path"] not in HOOK_PATHS:
+                raise ServerError(f"{hook['name']}: unexpected path {service['path']}")
+            hook["clientConfig"] = {"url": server_url + service["path"], "caBundle": ca_bundle}
+        configs.append(config)
+    return configs
+
+
+def config_path(config: dict[str, Any], *, item: bool = False) -> str:
+    path = f"/apis/admissionregistration.k8s.io/v1/{CONFIG_KINDS[config['kind']]}"
+    return f"{path}/{config['metadata']['name']}" if item else path
+
+
+def register(kube: Kube, server: WebhookServer, base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Create the configurations and wait until the API server calls every hook."""
+    configs = local_webhook_configurations(base, server.url, server.ca_file.read_bytes())
+    for config in configs:
+        kube.create(config_path(config), config)
+    probe_ns = cluster.unique("probe")
+    cluster.create_namespace(kube, probe_ns)
+    wait_until_active(kube, probe_ns, server)
+    return configs
+
+
+def unregister(kube: Kube, configs: list[dict[str, Any]]) -> None:
+    for config in configs:
+        kube.delete(config_path(config, item=True), grace_seconds=None)
+
+
+def wait_until_active(kube: Kube, namespace: str, server: WebhookServer) -> None:
+    """The API server loads new configurations asynchronously: probe each hook with dry runs."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+
+    def both_pod_hooks() -> bool:
+        # A pod both hooks allow: the mutation shows in the answer, the validation only in the
+        # server's log (a refusal would come from the mutating hook first).
+        server.check_alive()
+        body = kube.create(pods, cluster.pod("probe", workload="interruptible"), dry_run=True).body
+        mutated = cluster.PLACEMENT in body["metadata"].get("annotations", {})
+        validated = any(
+            r["hook"] == "validate" and r["kind"] == "Pod" for r in server.admissions(namespace)
+        )
+        return mutated and validated
+
+    bad_deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "probe"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "probe"}},
+            "template": cluster.pod_template(
+                {"app": "probe"},
+                workload="serving",
+                nodeSelector={cluster.CLASS_LABEL: cluster.PREEMPTIBLE},
+            ),
+        },
+    }
+
+    def workload_hook() -> bool:
+        server.check_alive()
+        try:
+            kube.create(
+                f"/apis/apps/v1/namespaces/{namespace}/deployments", bad_deployment, dry_run=True
+            )
+        except KubeError as exc:
+            return cluster.refused(exc)
+        return False
+
+    try:
+        wait_until(both_pod_hooks, timeout=30, what="both pod webhooks", interval=0.2)
+        wait_until(workload_hook, timeout=30, what="the workload validating webhook")
+    except TimeoutError as exc:
+        raise ServerError(f"{exc}\n{server.log_tail()}") from None
