@@ -265,10 +265,16 @@ def test_the_deployment_runs_two_replicas_on_standard_nodes_spread_out(
     )
     assert not any(t.get("key") == "together.ai/compute-class" for t in spec.get("tolerations", []))
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
-    assert "kubernetes.io/hostname" in spread
-    for constraint in spread.values():
-        assert constraint["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    (apart,) = spec["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert apart["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert apart["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    # A hostname spread constraint next to the zone one would be ignored on nodes without zones.
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"]["matchLabels"].items() <= pod_labels.items()
     pdb = find(objects, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
