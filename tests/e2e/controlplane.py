@@ -376,6 +376,19 @@ class Kube:
     def create(self, path: str, obj: dict[str, Any], *, dry_run: bool = False) -> Response:
         return self.call("POST", path, obj, params={"dryRun": "All"} if dry_run else None)
 
+    def apply(self, path: str, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply (create or update), as ``kubectl apply --server-side`` does.
+
+        One field manager for everything the tests apply, so that applying an object again
+        also removes the fields the previous version set and this one does not.
+        """
+        params = {"fieldManager": "preemptguard-e2e", "force": "true"}
+        if dry_run:
+            params["dryRun"] = "All"
+        return self.call(
+            "PATCH", path, obj, params=params, content_type="application/apply-patch+yaml"
+        ).body
+
     def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self.call("PATCH", path, patch, content_type="application/merge-patch+json").body
 
