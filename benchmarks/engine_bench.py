@@ -37,7 +37,9 @@ def realistic_pod() -> dict[str, Any]:
     return list(docs)[1]
 
 
-def per_call_us(func: Callable[[], object], *, rounds: int = 7, number: int = 2000) -> tuple[float, float]:
+def per_call_us(
+    func: Callable[[], object], *, rounds: int = 7, number: int = 2000
+) -> tuple[float, float]:
     """Median and best of ``rounds`` timings of ``number`` calls, in microseconds per call."""
     samples = []
     for _ in range(rounds):
@@ -49,8 +51,11 @@ def per_call_us(func: Callable[[], object], *, rounds: int = 7, number: int = 20
 
 
 def check_throughput(objects: int) -> tuple[float, float]:
-    docs = [yaml.safe_dump(d) for d in yaml.safe_load_all((REPO / "examples" / "serving.yaml").read_text())]
-    docs += [yaml.safe_dump(d) for d in yaml.safe_load_all((REPO / "examples" / "finetune-pod.yaml").read_text())]
+    docs = [
+        yaml.safe_dump(doc)
+        for name in ("serving.yaml", "finetune-pod.yaml")
+        for doc in yaml.safe_load_all((REPO / "examples" / name).read_text())
+    ]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as out:
         for i in range(objects):
             out.write(docs[i % len(docs)].replace("name: ", f"name: o{i}-", 1) + "---\n")
@@ -58,13 +63,19 @@ def check_throughput(objects: int) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "webhook", "check", "-f", path, "-o", "json"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     elapsed = time.perf_counter() - start
     Path(path).unlink()
     counted = json.loads(proc.stdout)["summary"]["objects"]
     assert counted == objects, (counted, proc.stderr[-500:])
     return objects / elapsed, elapsed
+
+
+def report(label: str, median: float, best: float) -> None:
+    print(f"{label + ':':40} median {median:7.1f} us/pod   best {best:7.1f} us/pod")
 
 
 def main() -> None:
@@ -76,15 +87,18 @@ def main() -> None:
     ctx = Context(namespace="team-a")
 
     med, best = per_call_us(lambda: evaluate(pod, policy, ctx))
-    print(f"evaluate (recorded sweep pod):          median {med:7.1f} us/pod   best {best:7.1f} us/pod")
+    report("evaluate (recorded sweep pod)", med, best)
 
     def with_patch() -> object:
         return make_patch(pod, evaluate(pod, policy, ctx).mutated)
 
     med, best = per_call_us(with_patch)
-    print(f"evaluate + JSON Patch:                  median {med:7.1f} us/pod   best {best:7.1f} us/pod")
+    report("evaluate + JSON Patch", med, best)
     rate, elapsed = check_throughput(args.objects)
-    print(f"preemptguard check, {args.objects} objects in one file: {rate:8.0f} objects/s ({elapsed:.2f} s incl. start-up)")
+    print(
+        f"preemptguard check, {args.objects} objects in one file: "
+        f"{rate:8.0f} objects/s ({elapsed:.2f} s incl. start-up)"
+    )
 
 
 if __name__ == "__main__":

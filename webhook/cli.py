@@ -11,6 +11,7 @@ import click
 
 from webhook import __version__
 from webhook.cases import CaseError, CaseResult, policy_dirs, run_policy_dir
+from webhook.cli_server import certs_command, serve_command
 from webhook.dryrun import Result, check
 from webhook.manifests import load_manifests
 from webhook.policy import Policy
@@ -140,3 +141,7 @@ def _policy(policies: Path | None) -> Policy:
 def _fail_input(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(ExitStatus.BAD_INPUT)
+
+
+main.add_command(serve_command)
+main.add_command(certs_command)

@@ -10,9 +10,6 @@ import click
 from webhook import certs
 from webhook.logs import LEVELS
 from webhook.policy_files import PolicyError
-from webhook.reload import CertificateError
-from webhook.runtime import ServeOptions, serve
-from webhook.serving import ServerSettings
 
 SERVE_EXAMPLES = """
 \b
@@ -77,6 +74,12 @@ def serve_command(
     Namespace annotations are read from the cluster of KUBECONFIG, or in a pod from its
     service account; without either, the server runs without them.
     """
+    # Imported here so that `check`, `explain` and `test` start without Flask, gunicorn and
+    # the kubernetes client.
+    from webhook.reload import CertificateError
+    from webhook.runtime import ServeOptions, serve
+    from webhook.serving import ServerSettings
+
     cert_file, key_file = _serving_files(cert_file, key_file, self_signed)
     settings = ServerSettings(
         host=host,

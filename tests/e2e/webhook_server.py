@@ -109,13 +109,7 @@ def service_account_kubeconfig(
 
 def _serve_command() -> list[str]:
     """``preemptguard serve`` as users run it (``python -m webhook`` is the same console entry)."""
-    from webhook.cli import main
-
-    if "serve" in getattr(main, "commands", {}):
-        return [sys.executable, "-m", "webhook", "serve"]
-    # The command group does not list `serve` yet: run the very same click command directly,
-    # so that the suite still exercises the real server entry point.
-    return [sys.executable, "-c", "from webhook.cli_server import serve_command; serve_command()"]
+    return [sys.executable, "-m", "webhook", "serve"]
 
 
 def start_server(

@@ -101,6 +101,10 @@ class Client:
         self.conn.close()
 
 
+SERVE = (sys.executable, "-m", "webhook", "serve")
+"""``preemptguard serve`` exactly as the console script runs it."""
+
+
 class ServerProcess:
     """``preemptguard serve`` (or the test harness) in a subprocess, logs in a file."""
 
@@ -117,8 +121,7 @@ class ServerProcess:
     ) -> None:
         self.ca, self.log_path, self.port, self.metrics_port = ca, log, port, metrics_port
         if harness_options is None:
-            code = "from webhook.cli_server import serve_command; serve_command()"
-            command = [sys.executable, "-c", code, *args]
+            command = [*SERVE, *args]
         else:
             command = [sys.executable, str(HARNESS), json.dumps(harness_options)]
         environment = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

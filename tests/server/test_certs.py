@@ -7,7 +7,6 @@ import datetime as dt
 import ipaddress
 import ssl
 import subprocess
-import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -15,7 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.server.helpers import BROKEN_POLICY, REPO, ServerProcess, free_port
+from tests.server.helpers import BROKEN_POLICY, REPO, SERVE, ServerProcess, free_port
 from webhook import certs
 from webhook.cli_server import certs_command, serve_command
 
@@ -120,12 +119,9 @@ def test_serve_needs_certificates() -> None:
 
 def test_serve_refuses_an_invalid_policy_at_start(tmp_path: Path, tls_dir: Path) -> None:
     (tmp_path / "policy.yaml").write_text(BROKEN_POLICY)
-    code = "from webhook.cli_server import serve_command; serve_command()"
     args = ["--cert-file", str(tls_dir / "tls.crt"), "--key-file", str(tls_dir / "tls.key"),
             "--policies", str(tmp_path), "--port", str(free_port()), "--metrics-port", "0"]  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+    done = subprocess.run([*SERVE, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith("preemptguard serve: ")
     assert f"{tmp_path}/policy.yaml:" in done.stderr
@@ -136,11 +132,8 @@ def test_serve_refuses_an_invalid_policy_at_start(tmp_path: Path, tls_dir: Path)
 def test_serve_refuses_unusable_certificates(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("not a certificate")
     (tmp_path / "tls.key").write_text("not a key")
-    code = "from webhook.cli_server import serve_command; serve_command()"
     args = ["--cert-file", str(tmp_path / "tls.crt"), "--key-file", str(tmp_path / "tls.key"),
             "--port", str(free_port()), "--metrics-port", "0"]  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+    done = subprocess.run([*SERVE, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2
     assert "cannot use certificate" in done.stderr
