@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install run test lint typecheck unit e2e control-plane check-examples bench clean
+.PHONY: install run test lint typecheck unit e2e control-plane kustomize check-examples bench clean
 
 $(BIN)/preemptguard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ install: $(BIN)/preemptguard
 run: install
 	$(BIN)/preemptguard serve --self-signed $(CERTS) --host 127.0.0.1 --port 8443 --metrics-port 9090
 
-test: lint typecheck control-plane
+test: lint typecheck control-plane kustomize
 	$(BIN)/pytest
 
 lint: install
@@ -29,10 +29,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+unit: install kustomize
 	$(BIN)/pytest -m "not e2e"
 
-e2e: install control-plane
+e2e: install control-plane kustomize
 	$(BIN)/pytest -m e2e
 
 # Builds (once, ~10 minutes) or finds etcd, kube-apiserver, kube-scheduler and
@@ -40,11 +40,17 @@ e2e: install control-plane
 control-plane:
 	hack/control-plane-binaries.sh >/dev/null
 
+# Finds or builds (once, with Go) kustomize v5, which renders manifests/ for the tests.
+kustomize:
+	hack/kustomize.sh >/dev/null
+
 check-examples: install
 	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1
 
-bench: install
+bench: install control-plane kustomize
 	$(BIN)/python benchmarks/engine_bench.py
+	$(BIN)/python benchmarks/server_bench.py
+	$(BIN)/python benchmarks/e2e_bench.py
 
 clean:
 	rm -rf $(VENV) $(CERTS) .pytest_cache .mypy_cache .ruff_cache .hypothesis
