@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import ssl
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +77,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
     """gthread whose threads never wait on an idle, freshly handshaken TLS connection."""
 
     nr_conns: int
+    pending_conns: deque[gthread.TConn]
 
     def handle(self, conn: gthread.TConn) -> Any:
         if conn.initialized or not self.cfg.is_ssl:
@@ -109,6 +112,17 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         floor = self.nr_conns - 1
         super().finish_request(conn, fs)
         self.nr_conns = max(self.nr_conns, floor)
+
+    def murder_pending(self) -> None:
+        # A stopping worker lingers on kept-alive connections only briefly; connections that
+        # were handshaken but never sent a request carry no review either, yet stock gthread
+        # keeps them for the whole keep-alive time, which holds the stop for the full graceful
+        # timeout whenever the API server has spare connections parked here.
+        if not self.alive:
+            deadline = time.monotonic() + gthread.STOP_KEEPALIVE_LINGER
+            for conn in self.pending_conns:
+                conn.timeout = min(conn.timeout, deadline)
+        super().murder_pending()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.alive:

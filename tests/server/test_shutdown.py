@@ -66,3 +66,38 @@ def test_sigterm_finishes_in_flight_reviews(tmp_path: Path, tls_dir: Path) -> No
     assert len(server.log_events("admission")) == IN_FLIGHT
     for client in [*clients, probe]:
         client.close()
+
+
+def test_sigterm_does_not_wait_for_idle_handshaken_connections(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    """Go's HTTP client parks spare connections after the handshake, before any request.
+
+    They carry no review, so a stop must not wait the whole graceful timeout for them.
+    """
+    port = free_port()
+    server = ServerProcess(
+        [],
+        ca=tls_dir / "ca.crt",
+        log=tmp_path / "server.log",
+        port=port,
+        metrics_port=0,
+        harness_options={
+            "cert_file": str(tls_dir / "tls.crt"),
+            "key_file": str(tls_dir / "tls.key"),
+            "port": port,
+            "graceful_timeout": 120,
+        },
+    )
+    used = Client(port, server.ca)
+    assert used.get("/healthz").status == 200
+    idle = [Client(port, server.ca) for _ in range(4)]
+    for client in idle:
+        client.conn.connect()  # TLS handshake, then nothing
+    time.sleep(0.5)  # past the worker's wait for a first request: parked in the poller
+    started = time.monotonic()
+    assert server.terminate(timeout=120) == 0, server.logs()
+    # Far below the 120 s graceful timeout that a stop waiting on the idle ones would take.
+    assert time.monotonic() - started < 30, server.logs()
+    for client in [used, *idle]:
+        client.close()
