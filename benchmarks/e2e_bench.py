@@ -3,10 +3,12 @@
     .venv/bin/python benchmarks/e2e_bench.py [-n 300]
 
 Starts the end-to-end control plane and the real ``preemptguard serve``, then times N sequential
-pod creates (one keep-alive client, as a controller would) in four phases: no webhook; the shipped
-webhook configurations registered, with a pod no rule classifies (both hooks called, nothing to
-change) and with an interruptible pod (patched); and no webhook again, to show drift. The pods
-name a scheduler that does not exist, so scheduling work does not compete for the CPU.
+pod creates (one keep-alive client, as a controller would) in five phases: no webhook; the
+shipped webhook configurations pointed at a do-nothing endpoint (always allow, on the same
+gunicorn + Flask + TLS stack: the yardstick); the configurations pointed at ``preemptguard
+serve``, with a pod no rule classifies (both hooks called, nothing to change) and with an
+interruptible pod (patched); and no webhook again, to show drift. The pods name a scheduler
+that does not exist, so scheduling work does not compete for the CPU.
 """
 
 from __future__ import annotations
@@ -24,18 +26,23 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import server_bench
 from tests.e2e import cluster
 from tests.e2e.controlplane import Kube, running_control_plane, wait_until
 from tests.e2e.render import prepare_tree
 from tests.e2e.webhook_server import (
     WebhookServer,
+    config_path,
+    local_webhook_configurations,
     register,
     service_account_kubeconfig,
     start_server,
     unregister,
 )
+from webhook import certs
 
 UNSCHEDULED = "preemptguard-bench-no-scheduler"
+DO_NOTHING = "do-nothing webhook (always allow)"
 
 
 def _pod(name: str, workload: str | None) -> dict[str, Any]:
@@ -94,6 +101,29 @@ def _wait_inactive(kube: Kube, namespace: str) -> None:
     time.sleep(1)
 
 
+def _register_do_nothing(
+    kube: Kube, namespace: str, base: list[dict[str, Any]], port: int, tls: Path
+) -> list[dict[str, Any]]:
+    """Point the shipped configurations at the always-allow endpoint; wait until it is called."""
+    url = f"https://{server_bench.HOST}:{port}"
+    configs = local_webhook_configurations(base, url, (tls / "ca.crt").read_bytes())
+    for config in configs:
+        kube.apply(config_path(config, item=True), config)
+
+    def answered() -> int:
+        with requests.Session() as s:
+            s.trust_env = False
+            return int(s.get(f"{url}/answered", verify=tls / "ca.crt", timeout=5).text)
+
+    def both_hooks_called() -> bool:
+        before = answered()
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", _pod("probe", None), dry_run=True)
+        return answered() - before == 2
+
+    wait_until(both_hooks_called, timeout=30, what="the do-nothing webhook to be called")
+    return configs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=300, help="creates per phase (default 300)")
@@ -128,6 +158,11 @@ def main() -> int:
                 )
 
             phase("no webhook", "off1", None)
+            tls = work / "do-nothing"
+            certs.write(certs.issue(list(certs.LOCAL_HOSTS)), tls)
+            with server_bench.server("allow", tls, threads=16, stock=False) as port:
+                _register_do_nothing(kube, namespace, base, port, tls)
+                phase(DO_NOTHING, "allow", None)
             configs = register(kube, server, base)
             phase("webhook, unclassified pod", "on-plain", None)
             phase("webhook, interruptible pod (patched)", "on-int", "interruptible")
@@ -142,15 +177,15 @@ def main() -> int:
     print(f"{'':40s} {'mean':>8s} {'p50':>8s} {'p99':>8s} {'in server':>10s}   (ms)")
     stats = {label: _summary(samples) for label, samples in results}
     for label, (mean, p50, p99) in stats.items():
-        print(f"{label:40s} {mean:8.2f} {p50:8.2f} {p99:8.2f} {in_server[label]:10.2f}")
+        inside = "-" if label == DO_NOTHING else f"{in_server[label]:.2f}"
+        print(f"{label:40s} {mean:8.2f} {p50:8.2f} {p99:8.2f} {inside:>10s}")
     off = [s for label, s in stats.items() if label.startswith("no webhook")]
     off_mean = statistics.fmean(s[0] for s in off)
     off_p50 = statistics.fmean(s[1] for s in off)
-    for label in ("webhook, unclassified pod", "webhook, interruptible pod (patched)"):
+    for label in (DO_NOTHING, "webhook, unclassified pod", "webhook, interruptible pod (patched)"):
         mean, p50, _ = stats[label]
-        what = label.split(", ")[1]
         added_mean, added_p50 = mean - off_mean, p50 - off_p50
-        print(f"added by the webhook, {what}: {added_mean:+.2f} ms mean, {added_p50:+.2f} ms p50")
+        print(f"added by {label}: {added_mean:+.2f} ms mean, {added_p50:+.2f} ms p50")
     return 0
 
 

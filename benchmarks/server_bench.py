@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -87,13 +88,22 @@ def _trivial_flask() -> Any:
         from flask import Flask, request
 
         app = Flask("allow")
+        answered = itertools.count(1)
+        seen = [0]
 
         @app.post("/mutate")
+        @app.post("/validate")
         def allow() -> Any:
             uid = request.get_json()["request"]["uid"]
+            seen[0] = next(answered)
             body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                     "response": {"uid": uid, "allowed": True}}  # fmt: skip
             return app.response_class(json.dumps(body), mimetype="application/json")
+
+        @app.get("/answered")
+        def count() -> Any:
+            # Lets a caller see when the API server has started calling this endpoint.
+            return app.response_class(str(seen[0]), mimetype="text/plain")
 
         _FLASK = app
     return _FLASK
