@@ -25,16 +25,13 @@ from webhook.patch import make_patch
 from webhook.policy_files import builtin_policy
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO.parent / "shared" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
+FIXTURE = REPO / "tests" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
 
 
 def realistic_pod() -> dict[str, Any]:
-    """A pod as the API server hands it to the webhook (recorded), or the examples' sweep pod."""
-    if FIXTURE.exists():
-        obj: dict[str, Any] = json.loads(FIXTURE.read_text())["request"]["object"]
-        return obj
-    docs = yaml.safe_load_all((REPO / "examples" / "finetune-pod.yaml").read_text())
-    return list(docs)[1]
+    """A pod as the API server hands it to the webhook (recorded from a real one)."""
+    obj: dict[str, Any] = json.loads(FIXTURE.read_text())["request"]["object"]
+    return obj
 
 
 def per_call_us(

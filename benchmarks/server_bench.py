@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-REVIEW = REPO / ".." / "shared" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
+REVIEW = REPO / "tests" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
 HOST = "127.0.0.1"
 CLIENT_PROCESSES = 2
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / ".." / "shared" / "fixtures" / "admission-reviews"
+# Recorded from a real kube-apiserver; see the README beside them.
+FIXTURES = REPO / "tests" / "fixtures" / "admission-reviews"
 HARNESS = Path(__file__).with_name("harness.py")
 STARTUP_SECONDS = 20.0
 
@@ -37,7 +38,9 @@ def fixture(name: str) -> dict[str, Any]:
 
 
 def fixture_names() -> list[str]:
-    return sorted(p.stem for p in FIXTURES.glob("*.json"))
+    names = sorted(p.stem for p in FIXTURES.glob("*.json"))
+    assert names, f"no recorded reviews in {FIXTURES}"
+    return names
 
 
 def free_port() -> int:
