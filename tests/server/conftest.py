@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.helpers import ServerProcess, free_port
+from tests.server.helpers import ServerProcess, free_port, serve_args
 from webhook import certs
 
 
@@ -21,13 +21,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, tls_dir: Path) -> Iterator[
     """``preemptguard serve`` on the built-in policy, shared by a module's tests."""
     port, metrics_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    args = [
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--metrics-port", str(metrics_port),
-        "--cert-file", str(tls_dir / "tls.crt"),
-        "--key-file", str(tls_dir / "tls.key"),
-    ]  # fmt: skip
+    args = serve_args(tls_dir, port, metrics_port)
     proc = ServerProcess(args, ca=tls_dir / "ca.crt", log=log, port=port, metrics_port=metrics_port)
     yield proc
     assert proc.terminate() == 0, proc.logs()

@@ -43,6 +43,35 @@ def fixture_names() -> list[str]:
     return names
 
 
+def serve_args(tls: Path, port: int, metrics_port: int) -> list[str]:
+    """``preemptguard serve`` flags: 127.0.0.1, the given ports, the pair in ``tls``."""
+    return [
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--metrics-port", str(metrics_port),
+        "--cert-file", str(tls / "tls.crt"),
+        "--key-file", str(tls / "tls.key"),
+    ]  # fmt: skip
+
+
+def harness_server(tls: Path, log: Path, **options: Any) -> ServerProcess:
+    """The harness (the real stack with test-only behaviour, see harness.py) on a free port."""
+    port = free_port()
+    return ServerProcess(
+        [],
+        ca=tls / "ca.crt",
+        log=log,
+        port=port,
+        metrics_port=0,
+        harness_options={
+            "cert_file": str(tls / "tls.crt"),
+            "key_file": str(tls / "tls.key"),
+            "port": port,
+            **options,
+        },
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

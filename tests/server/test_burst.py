@@ -10,7 +10,7 @@ import ssl
 import threading
 from pathlib import Path
 
-from tests.server.helpers import Client, ServerProcess, client_context, fixture, free_port
+from tests.server.helpers import Client, ServerProcess, client_context, fixture, harness_server
 
 CONNECTIONS = 64
 REQUESTS_EACH = 10
@@ -77,20 +77,7 @@ def test_burst_of_keep_alive_connections_is_fully_answered(server: ServerProcess
 def test_accepted_connections_have_tcp_nodelay(tmp_path: Path, tls_dir: Path) -> None:
     # Without TCP_NODELAY, a response written in pieces waits on the client's delayed ACK
     # (40 ms and more per review).
-    port = free_port()
-    probe = ServerProcess(
-        [],
-        ca=tls_dir / "ca.crt",
-        log=tmp_path / "probe.log",
-        port=port,
-        metrics_port=0,
-        harness_options={
-            "socket_probe": True,
-            "cert_file": str(tls_dir / "tls.crt"),
-            "key_file": str(tls_dir / "tls.key"),
-            "port": port,
-        },
-    )
+    probe = harness_server(tls_dir, tmp_path / "probe.log", socket_probe=True)
     client = probe.client()
     assert client.get("/").json() == {"nodelay": True}
     client.close()

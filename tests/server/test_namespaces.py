@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.server.fake_apiserver import STOP, FakeApiServer
-from tests.server.helpers import ServerProcess, fixture, free_port, wait_for, with_object
+from tests.server.helpers import (
+    ServerProcess,
+    fixture,
+    free_port,
+    serve_args,
+    wait_for,
+    with_object,
+)
 from webhook.metrics import Metrics
 from webhook.namespaces import NamespaceCache
 
@@ -117,13 +124,7 @@ def test_server_classifies_by_namespace_and_keeps_answering_when_the_cluster_goe
 ) -> None:
     port, metrics_port = free_port(), free_port()
     kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")
-    args = [
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--metrics-port", str(metrics_port),
-        "--cert-file", str(tls_dir / "tls.crt"),
-        "--key-file", str(tls_dir / "tls.key"),
-    ]  # fmt: skip
+    args = serve_args(tls_dir, port, metrics_port)
     server = ServerProcess(
         args,
         ca=tls_dir / "ca.crt",

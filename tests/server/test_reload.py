@@ -17,6 +17,7 @@ from tests.server.helpers import (
     ServerProcess,
     fixture,
     free_port,
+    serve_args,
     wait_for,
 )
 from webhook import certs
@@ -124,14 +125,12 @@ def mounted_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]
     mount(policies, {"policy.yaml": DEFAULT_POLICY.encode()}, "1")
     port, metrics_port = free_port(), free_port()
     args = [
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--metrics-port", str(metrics_port),
-        "--cert-file", str(tls / "tls.crt"),
-        "--key-file", str(tls / "tls.key"),
-        "--policies", str(policies),
-        "--reload-interval", "0.1",
-    ]  # fmt: skip
+        *serve_args(tls, port, metrics_port),
+        "--policies",
+        str(policies),
+        "--reload-interval",
+        "0.1",
+    ]
     ca_copy = tmp_path / "first-ca.crt"
     ca_copy.write_bytes(first.ca_cert)
     proc = ServerProcess(

@@ -7,27 +7,15 @@ import threading
 import time
 from pathlib import Path
 
-from tests.server.helpers import Client, Reply, ServerProcess, fixture, free_port
+from tests.server.helpers import Client, Reply, fixture, harness_server
 
 SLOW_SECONDS = 1.5
 IN_FLIGHT = 6
 
 
 def test_sigterm_finishes_in_flight_reviews(tmp_path: Path, tls_dir: Path) -> None:
-    port = free_port()
-    server = ServerProcess(
-        [],
-        ca=tls_dir / "ca.crt",
-        log=tmp_path / "server.log",
-        port=port,
-        metrics_port=0,
-        harness_options={
-            "cert_file": str(tls_dir / "tls.crt"),
-            "key_file": str(tls_dir / "tls.key"),
-            "port": port,
-            "slow_seconds": SLOW_SECONDS,
-        },
-    )
+    server = harness_server(tls_dir, tmp_path / "server.log", slow_seconds=SLOW_SECONDS)
+    port = server.port
     review = fixture("create-pod-sweep-mutate")
     replies: list[Reply | Exception] = []
     # Connections opened before the signal: the API server's kept-alive ones.
@@ -75,20 +63,8 @@ def test_sigterm_does_not_wait_for_idle_handshaken_connections(
 
     They carry no review, so a stop must not wait the whole graceful timeout for them.
     """
-    port = free_port()
-    server = ServerProcess(
-        [],
-        ca=tls_dir / "ca.crt",
-        log=tmp_path / "server.log",
-        port=port,
-        metrics_port=0,
-        harness_options={
-            "cert_file": str(tls_dir / "tls.crt"),
-            "key_file": str(tls_dir / "tls.key"),
-            "port": port,
-            "graceful_timeout": 120,
-        },
-    )
+    server = harness_server(tls_dir, tmp_path / "server.log", graceful_timeout=120)
+    port = server.port
     used = Client(port, server.ca)
     assert used.get("/healthz").status == 200
     idle = [Client(port, server.ca) for _ in range(4)]
