@@ -205,6 +205,85 @@ C = [{"name": "c", "image": "busybox"}]
             id="empty-term-list",
         ),
         pytest.param(
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "gpu", "operator": "In", "values": ["h100"]}
+                                    ]
+                                },
+                                {},
+                                {"matchExpressions": []},
+                            ]
+                        }
+                    }
+                },
+            },
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "gpu", "operator": "In", "values": ["h100"]},
+                                        expr("In"),
+                                    ]
+                                },
+                                {},
+                                {"matchExpressions": []},
+                            ]
+                        }
+                    }
+                },
+                "tolerations": [TOLERATION],
+            },
+            id="empty-terms-match-nothing-and-stay-so",
+        ),
+        pytest.param(
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": None,
+                                    "matchFields": [
+                                        {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+                                    ],
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+            {
+                "containers": C,
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [expr("In")],
+                                    "matchFields": [
+                                        {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+                                    ],
+                                }
+                            ]
+                        }
+                    }
+                },
+                "tolerations": [TOLERATION],
+            },
+            id="null-expressions-beside-match-fields",
+        ),
+        pytest.param(
             {"containers": C, "tolerations": [{"operator": "Exists"}]},
             {"containers": C, "tolerations": [{"operator": "Exists"}], "affinity": required("In")},
             id="exists-with-empty-key-already-tolerates",
@@ -306,8 +385,62 @@ def test_odd_but_valid_pod_specs(policy, spec, expected_spec) -> None:
         ),
         pytest.param(
             pod({"containers": C, "terminationGracePeriodSeconds": "600"}),
-            "must be a non-negative whole number of seconds, got '600'",
+            "spec.terminationGracePeriodSeconds must be a whole number, not a string",
             id="grace-as-string",
+        ),
+        pytest.param(
+            pod({"containers": C, "tolerations": {"key": KEY, "operator": "Exists"}}),
+            "spec.tolerations must be a list, not a mapping",
+            id="tolerations-as-mapping",
+        ),
+        pytest.param(
+            pod({"containers": C, "nodeSelector": [KEY]}),
+            "spec.nodeSelector must be a mapping, not a list",
+            id="node-selector-as-list",
+        ),
+        pytest.param(
+            pod({"containers": C, "affinity": []}),
+            "spec.affinity must be a mapping, not a list",
+            id="affinity-as-list",
+        ),
+        pytest.param(
+            pod(
+                {"containers": C},
+                {"together.ai/workload": "interruptible", "together.ai/checkpoint-seconds": 120},
+            ),  # type: ignore[dict-item]
+            "metadata.annotations.together.ai/checkpoint-seconds must be a string, not the number 120: quote it",
+            id="unquoted-annotation",
+        ),
+        pytest.param(
+            pod({"containers": C}, labels={"version": True}),
+            "metadata.labels.version must be a string, not the boolean true: quote it",
+            id="boolean-label",
+        ),
+        pytest.param(
+            pod(
+                {
+                    "containers": C,
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchExpressions": expr("In")}]
+                            }
+                        }
+                    },
+                }
+            ),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions must be a list, not a mapping",
+            id="expressions-as-mapping",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "j"},
+                "spec": {"template": {"spec": {"containers": C, "tolerations": "all"}}},
+            },
+            "spec.template.spec.tolerations must be a list, not a string",
+            id="template-field-path",
         ),
         pytest.param(
             pod({"containers": C, "terminationGracePeriodSeconds": -5}),
@@ -372,3 +505,22 @@ def test_patch_applies_to_the_original(policy) -> None:
     ops = make_patch(obj, decision.mutated)
     assert apply_patch(obj, ops) == decision.mutated
     assert make_patch(obj, obj) == []
+
+
+def test_a_standard_pod_whose_only_matching_term_requires_preemptible_is_refused(policy) -> None:
+    # The empty term matches no node, so the pod can only ever run on preemptible nodes.
+    terms = [{"matchExpressions": [expr("In")]}, {"matchExpressions": []}]
+    spec = {
+        "containers": C,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+        },
+    }
+    decision = evaluate(pod(spec, {"together.ai/workload": "serving"}), policy, CTX)
+    assert decision.refused
+    assert (
+        "requires preemptible capacity through its required node affinity terms"
+        in (decision.violations[0])
+    )

@@ -151,8 +151,11 @@ def node_matches(spec: dict[str, Any], labels: dict[str, str]) -> bool:
     )
     if not required:
         return True
+    # A term with neither expressions nor fields matches no node; matchFields names nodes,
+    # which any of these label sets may be.
     return any(
-        all(_expr_matches(e, labels) for e in t.get("matchExpressions") or [])
+        bool(t.get("matchExpressions") or t.get("matchFields"))
+        and all(_expr_matches(e, labels) for e in t.get("matchExpressions") or [])
         for t in required["nodeSelectorTerms"]
     )
 

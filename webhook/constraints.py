@@ -47,9 +47,13 @@ def _compares(op: str, value: LabelState, values: list[Any]) -> bool:
 
 
 def term_admits(term: Any, key: str, value: LabelState) -> bool:
-    """Whether a nodeSelectorTerm (its expressions are ANDed) can match such a node."""
-    exprs = term.get("matchExpressions") if isinstance(term, dict) else None
-    return all(expression_admits(e, key, value) for e in exprs or [])
+    """Whether a nodeSelectorTerm (its expressions are ANDed) can match such a node.
+
+    A term with no expressions and no fields matches no node at all (Kubernetes' rule).
+    """
+    if not isinstance(term, dict) or not (term.get("matchExpressions") or term.get("matchFields")):
+        return False
+    return all(expression_admits(e, key, value) for e in term.get("matchExpressions") or [])
 
 
 def required_terms(spec: dict[str, Any]) -> list[Any] | None:

@@ -10,6 +10,7 @@ from webhook.decision import Change, Classification, Context, Decision, Obj
 from webhook.grace import grace_budget
 from webhook.jsoncopy import json_copy
 from webhook.placement import Outcome, place
+from webhook.podshape import shape_problem
 from webhook.policy import Mode, Policy
 from webhook.workloads import (
     MIRROR_ANNOTATION,
@@ -39,6 +40,9 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
         return base.refused(
             policy, f"{kind.kind} has no {where} mapping: it cannot be placed; add it"
         )
+    problem = shape_problem(template, kind.template_path)
+    if problem is not None:
+        return base.refused(policy, problem)
     verdict = classify(_facts(obj, template, kind, namespace, ctx), policy)
     verdict = _with_misplaced_annotation(verdict, obj, kind)
     if verdict.classification.name is None or verdict.violations:

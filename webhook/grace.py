@@ -63,10 +63,11 @@ def _whole_seconds(raw: str) -> int | None:
 
 
 def grace_violation(spec: Mapping[str, Any]) -> str | None:
+    """A negative grace period (its type is checked with the rest of the pod's shape)."""
     value = spec.get("terminationGracePeriodSeconds")
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        return None
-    return f"{GRACE_FIELD} must be a non-negative whole number of seconds, got {value!r}"
+    if isinstance(value, int) and value < 0:
+        return f"{GRACE_FIELD} must be a non-negative whole number of seconds, got {value}"
+    return None
 
 
 def adjust_grace(

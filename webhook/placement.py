@@ -110,7 +110,10 @@ def _require(
     for i, term in enumerate(terms):
         if not isinstance(term, dict) or _already_narrower(term, expr, label.key, states):
             continue
-        term.setdefault("matchExpressions", []).append(dict(expr, values=list(expr["values"])))
+        exprs = term.get("matchExpressions")
+        if not isinstance(exprs, list):  # null beside matchFields
+            exprs = term["matchExpressions"] = []
+        exprs.append(dict(expr, values=list(expr["values"])))
         out.changes.append(
             Change(f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]", _require_reason(wclass, expr))
         )
