@@ -17,6 +17,7 @@ ENGINE = [
     "jsoncopy",
     "patch",
     "placement",
+    "podshape",
     "policy",
     "policy_files",
     "workloads",
