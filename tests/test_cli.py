@@ -104,6 +104,25 @@ def test_namespace_annotations_come_from_namespace_objects_in_the_input() -> Non
             "- a\n- b\n", "a document must be a Kubernetes object, not a list", id="not-an-object"
         ),
         pytest.param("metadata: {name: x}\n", "apiVersion and kind missing", id="no-kind"),
+        pytest.param(
+            "apiVersion: v1\nkind: List\nitems:\n- 5\n- {apiVersion: v1, kind: Pod, metadata: {name: p}}\n",
+            "<stdin>:1: items[0]: a document must be a Kubernetes object, not the number 5",
+            id="list-item-not-an-object",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: &s {extra: *s}\n",
+            "<stdin>:4: not usable YAML: the anchor at line 4 contains an alias to itself",
+            id="recursive-alias",
+        ),
+        pytest.param(
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{n}: &{n} [{', '.join([f'*{m}'] * 10)}]\n"
+                for m, n in zip("abcdef", "bcdefg", strict=True)
+            ),
+            "<stdin>:1: not usable YAML: aliases expand to more than 1,000,000 values",
+            id="alias-bomb",
+        ),
     ],
 )
 def test_bad_input_exits_two_with_a_located_error(text: str, message: str) -> None:
@@ -111,6 +130,47 @@ def test_bad_input_exits_two_with_a_located_error(text: str, message: str) -> No
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_lists_as_the_api_returns_them_are_expanded() -> None:
+    pods = {
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "items": [
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}"}, "spec": {}}
+            for i in range(3)
+        ],
+    }
+    proc = run("check", "-f", "-", "-o", "json", stdin=json.dumps(pods))
+    assert proc.returncode == 0, proc.stderr
+    assert [r["name"] for r in json.loads(proc.stdout)["results"]] == ["p0", "p1", "p2"]
+
+
+def test_deeply_nested_json_and_undecodable_stdin_exit_two(tmp_path) -> None:
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    proc = run("check", "-f", str(tmp_path / "deep.json"))
+    assert proc.returncode == 2
+    assert f"{tmp_path / 'deep.json'}: not usable JSON: nested too deeply" in proc.stderr
+    done = subprocess.run(
+        [EXE, "check", "-f", "-"],
+        input=b"kind: Pod\nname: \xff\xfe\n",
+        capture_output=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"<stdin>: cannot read: not UTF-8 text" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_a_pod_field_of_the_wrong_type_is_refused_with_the_field() -> None:
+    pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    together.ai/workload: interruptible\n    together.ai/checkpoint-seconds: 120\nspec: {}\n"
+    proc = run("check", "-f", "-", stdin=pod)
+    assert proc.returncode == 1
+    assert (
+        "refused: metadata.annotations.together.ai/checkpoint-seconds must be a string, not the number 120: quote it"
+        in proc.stdout
+    )
 
 
 def test_unreadable_path_and_invalid_policy_exit_two(tmp_path) -> None:
@@ -165,6 +225,49 @@ def test_policy_test_command_fails_on_a_wrong_case(tmp_path) -> None:
     assert proc.returncode == 1
     assert "FAIL  rule-ray-head-makes-a-coordinator" in proc.stdout
     assert "class: expected 'serving', got 'coordinator' (rule ray-head)" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        pytest.param(None, "no PlacementTest documents", id="no-cases"),
+        pytest.param(
+            {"expect": {"reasons": "too long"}},
+            "spec.expect.reasons must be a list of strings, not a string",
+            id="reasons-as-string",
+        ),
+        pytest.param(
+            {"namespaceAnnotations": ["a"], "expect": {"allowed": True}},
+            "spec.namespaceAnnotations must be a mapping of strings to strings, not a list",
+            id="annotations-as-list",
+        ),
+        pytest.param(
+            {"operation": "PATCH", "expect": {"allowed": True}},
+            "spec.operation must be one of CREATE, UPDATE, DELETE, CONNECT",
+            id="unknown-operation",
+        ),
+    ],
+)
+def test_policy_test_command_refuses_unusable_cases(tmp_path, case, message) -> None:
+    shutil.copy(POLICIES / "default" / "policy.yaml", tmp_path / "policy.yaml")
+    (tmp_path / "tests").mkdir()
+    docs = []
+    if case is not None:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+        spec = {"object": pod, **case}
+        docs.append(
+            {
+                "apiVersion": "preemptguard.together.ai/v1alpha1",
+                "kind": "PlacementTest",
+                "metadata": {"name": "c"},
+                "spec": spec,
+            }
+        )
+    (tmp_path / "tests" / "case.yaml").write_text(yaml.safe_dump_all(docs))
+    proc = run("test", str(tmp_path))
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_module_entry_point() -> None:

@@ -125,6 +125,14 @@ def line_of(text: str, needle: str) -> int:
             "key: not a label key",
             id="bad-label-key",
         ),
+        pytest.param(
+            "    checkpointMarginSeconds: 30",
+            "    checkpointMarginSeconds: 300",
+            "spec.gracePeriod.checkpointMarginSeconds",
+            "a margin of 300 s leaves no time for a checkpoint within the 300 s maximum grace period",
+            "checkpointMarginSeconds: 300",
+            id="margin-as-long-as-the-grace-period",
+        ),
     ],
 )
 def test_invalid_policy_names_file_line_and_field(
@@ -146,6 +154,34 @@ def test_invalid_policy_names_file_line_and_field(
     )
     assert err.line == expected_line
     assert str(err).startswith(f"{directory / 'policy.yaml'}:{expected_line}: {field}: ")
+
+
+@pytest.mark.parametrize(
+    ("new", "message", "needle"),
+    [
+        pytest.param("  mode: warn", "duplicate key 'mode'", "  mode: warn", id="duplicate-key"),
+        pytest.param(
+            "  ? [a, b]\n  : 1", "a key must be a plain value", "  ? [a, b]", id="list-as-key"
+        ),
+        pytest.param(
+            "  extra: &loop {again: *loop}",
+            "the anchor at line {line} contains an alias to itself",
+            "  extra: &loop",
+            id="recursive-alias",
+        ),
+    ],
+)
+def test_unusable_yaml_is_refused_with_its_line(
+    tmp_path, new: str, message: str, needle: str
+) -> None:
+    anchor = "  preferredAffinityWeight: 100"
+    text = GOOD.replace(anchor, f"{anchor}\n{new}", 1)
+    directory = write(tmp_path, text)
+    with pytest.raises(PolicyError) as caught:
+        load_policy(directory)
+    line = line_of(text, needle)
+    assert caught.value.line == line
+    assert f"not valid YAML: {message.format(line=line)}" in caught.value.message
 
 
 def test_broken_yaml_is_refused_with_its_line(tmp_path) -> None:

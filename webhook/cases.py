@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,11 +12,42 @@ from webhook.decision import Context, Decision, Obj
 from webhook.engine import evaluate
 from webhook.manifests import load_manifests
 from webhook.patch import apply_patch, make_patch
+from webhook.podshape import describe
 from webhook.policy import Policy
 from webhook.policy_files import load_policy
 
 CASE_KIND = "PlacementTest"
-EXPECT_KEYS = {"class", "allowed", "refused", "reasons", "warnings", "patched", "unchanged"}
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+def _is_texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+Check = tuple[Callable[[Any], bool], str]
+_TEXT: Check = (lambda v: isinstance(v, str), "a string")
+_FLAG: Check = (lambda v: isinstance(v, bool), "true or false")
+_TEXTS: Check = (_is_texts, "a list of strings")
+SPEC_FIELDS: dict[str, Check] = {
+    "operation": (lambda v: v in OPERATIONS, f"one of {', '.join(OPERATIONS)}"),
+    "namespace": _TEXT,
+    "namespaceAnnotations": (_is_strings, "a mapping of strings to strings"),
+}
+EXPECT_FIELDS: dict[str, Check] = {
+    "class": _TEXT,
+    "allowed": _FLAG,
+    "refused": _FLAG,
+    "reasons": _TEXTS,
+    "warnings": _TEXTS,
+    "patched": (lambda v: isinstance(v, dict), "the whole patched object"),
+    "unchanged": _FLAG,
+}
 
 
 class CaseError(Exception):
@@ -53,7 +84,10 @@ def load_cases(policy_dir: Path) -> list[Case]:
     manifests = load_manifests([str(policy_dir / "tests")], stdin=io.StringIO())
     if manifests.errors:
         raise CaseError("; ".join(str(e) for e in manifests.errors))
-    return [_case(doc.obj, f"{doc.source}:{doc.line}") for doc in manifests.documents]
+    cases = [_case(doc.obj, f"{doc.source}:{doc.line}") for doc in manifests.documents]
+    if not cases:
+        raise CaseError(f"{policy_dir / 'tests'}: no {CASE_KIND} documents")
+    return cases
 
 
 def _case(raw: Obj, source: str) -> Case:
@@ -64,15 +98,28 @@ def _case(raw: Obj, source: str) -> Case:
     if not isinstance(spec, dict) or not isinstance(spec.get("object"), dict) or not name:
         raise CaseError(f"{source}: a {CASE_KIND} needs metadata.name, spec.object and spec.expect")
     expect = spec.get("expect")
-    if not isinstance(expect, dict) or not expect or set(expect) - EXPECT_KEYS:
-        keys = ", ".join(sorted(EXPECT_KEYS))
+    if not isinstance(expect, dict) or not expect or set(expect) - set(EXPECT_FIELDS):
+        keys = ", ".join(sorted(EXPECT_FIELDS))
         raise CaseError(f"{source}: spec.expect must be a mapping with some of: {keys}")
+    problem = _field_problem(spec, "spec", SPEC_FIELDS) or _field_problem(
+        expect, "spec.expect", EXPECT_FIELDS
+    )
+    if problem:
+        raise CaseError(f"{source}: {problem}")
     ctx = Context(
-        operation=spec.get("operation", "CREATE"),
+        operation=spec.get("operation") or "CREATE",
         namespace=spec.get("namespace") or _namespace_of(spec["object"]),
         namespace_annotations=spec.get("namespaceAnnotations") or {},
     )
     return Case(str(name), source, spec["object"], ctx, expect)
+
+
+def _field_problem(fields: Mapping[str, Any], where: str, checks: dict[str, Check]) -> str | None:
+    for key, value in fields.items():
+        check = checks.get(key)
+        if check is not None and value is not None and not check[0](value):
+            return f"{where}.{key} must be {check[1]}, not {describe(value)}"
+    return None
 
 
 def _namespace_of(obj: Obj) -> str:

@@ -125,10 +125,11 @@ def _dry_run(
 ) -> tuple[list[Result], list[str]]:
     policy = _policy(policies)
     manifests = load_manifests(paths, sys.stdin)
+    results = check(manifests, policy, default_namespace=namespace)
     errors = [str(e) for e in manifests.errors]
     for error in errors:
         click.echo(f"error: {error}", err=True)
-    return check(manifests, policy, default_namespace=namespace), errors
+    return results, errors
 
 
 def _policy(policies: Path | None) -> Policy:

@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.decision import Context, Decision
 from webhook.engine import evaluate
-from webhook.manifests import Document, Manifests
+from webhook.manifests import Document, InputError, Manifests
 from webhook.patch import Operation, make_patch
 from webhook.policy import Policy
 
@@ -42,13 +42,21 @@ class Result:
 
 
 def check(manifests: Manifests, policy: Policy, *, default_namespace: str) -> list[Result]:
-    """Decide every object as the webhook would on CREATE, namespaces from the same input."""
+    """Decide every object as the webhook would on CREATE, namespaces from the same input.
+
+    An object the engine fails on is added to ``manifests.errors``; the others still get
+    their results.
+    """
     annotations = manifests.namespace_annotations()
     results = []
     for doc in manifests.documents:
         ctx = _context(doc, annotations, default_namespace)
-        decision = evaluate(doc.obj, policy, ctx)
-        results.append(Result(doc, decision, make_patch(doc.obj, decision.mutated)))
+        try:
+            decision = evaluate(doc.obj, policy, ctx)
+            results.append(Result(doc, decision, make_patch(doc.obj, decision.mutated)))
+        except Exception as exc:  # noqa: BLE001 - reported with the object, never a traceback
+            problem = f"could not be evaluated ({type(exc).__name__}: {exc}); please report it"
+            manifests.errors.append(InputError(doc.source, doc.line, problem))
     return results
 
 

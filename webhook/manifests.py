@@ -11,8 +11,9 @@ from typing import Any, TextIO
 import yaml
 
 from webhook.decision import Obj
-from webhook.workloads import expand_lists, mapping_at, string_map
-from webhook.yamlnodes import problem_line
+from webhook.podshape import describe
+from webhook.workloads import mapping_at, string_map
+from webhook.yamlnodes import alias_problem, problem_line
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
@@ -71,7 +72,9 @@ def _texts(
 ) -> Iterator[tuple[str, str]]:
     for raw in paths:
         if raw == STDIN:
-            yield "<stdin>", stdin.read()
+            text = _read_stdin(stdin, errors)
+            if text is not None:
+                yield "<stdin>", text
             continue
         path = Path(raw)
         files = _folder_files(path) if path.is_dir() else [path]
@@ -86,6 +89,17 @@ def _texts(
                 errors.append(InputError(str(file), None, f"cannot read: {exc}"))
 
 
+def _read_stdin(stdin: TextIO, errors: list[InputError]) -> str | None:
+    try:
+        text = stdin.read()
+        # Undecodable bytes arrive as surrogates when the locale is not UTF-8.
+        text.encode("utf-8")
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        errors.append(InputError("<stdin>", None, "cannot read: not UTF-8 text"))
+        return None
+    return text
+
+
 def _folder_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
 
@@ -95,14 +109,24 @@ def _parse(source: str, text: str, out: Manifests) -> None:
         _parse_json(source, text, out)
         return
     loader = _Loader(text)
+    # Anchors are rare in manifests: look for a recursive or exploding alias only where the
+    # text could hold one.
+    check_aliases = "&" in text
     try:
         while loader.check_node():
             node = loader.get_node()
             line = node.start_mark.line + 1
+            problem = alias_problem(node) if check_aliases else None
+            if problem is not None:
+                message, at = problem
+                out.errors.append(InputError(source, at, f"not usable YAML: {message}"))
+                continue
             _add(source, line, loader.construct_document(node), out)
     except yaml.YAMLError as exc:
         reason = getattr(exc, "problem", None) or str(exc)
         out.errors.append(InputError(source, problem_line(exc), f"not valid YAML: {reason}"))
+    except RecursionError:
+        out.errors.append(InputError(source, None, "not usable YAML: nested too deeply"))
     finally:
         loader.dispose()
 
@@ -113,24 +137,35 @@ def _parse_json(source: str, text: str, out: Manifests) -> None:
     except json.JSONDecodeError as exc:
         out.errors.append(InputError(source, exc.lineno, f"not valid JSON: {exc.msg}"))
         return
+    except RecursionError:
+        out.errors.append(InputError(source, None, "not usable JSON: nested too deeply"))
+        return
     _add(source, 1, value, out)
 
 
-def _add(source: str, line: int, value: Any, out: Manifests) -> None:
-    if value is None:
+def _add(source: str, line: int, value: Any, out: Manifests, where: str = "") -> None:
+    if value is None and not where:
         return
     if not isinstance(value, dict):
-        what = type(value).__name__
-        out.errors.append(
-            InputError(source, line, f"a document must be a Kubernetes object, not a {what}")
-        )
+        problem = f"{where}a document must be a Kubernetes object, not {describe(value)}"
+        out.errors.append(InputError(source, line, problem))
         return
-    for obj in expand_lists(value):
-        problem = _object_problem(obj)
-        if problem:
-            out.errors.append(InputError(source, line, problem))
-        else:
-            out.documents.append(Document(obj, source, line))
+    items = value.get("items")
+    if _is_list(value) and isinstance(items, list):
+        # kubectl prints `kind: List`; the API returns PodList, DeploymentList, ...
+        for i, item in enumerate(items):
+            _add(source, line, item, out, f"{where}items[{i}]: ")
+        return
+    invalid = _object_problem(value)
+    if invalid:
+        out.errors.append(InputError(source, line, where + invalid))
+    else:
+        out.documents.append(Document(value, source, line))
+
+
+def _is_list(obj: Obj) -> bool:
+    kind = obj.get("kind")
+    return isinstance(kind, str) and kind.endswith("List")
 
 
 def _object_problem(obj: Obj) -> str | None:

@@ -8,7 +8,6 @@ user wrote.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from webhook.decision import Obj
@@ -37,43 +36,60 @@ _NAMES = {dict: "a mapping", list: "a list", str: "a string", int: "a whole numb
 
 def shape_problem(template: Obj, prefix: tuple[str, ...] = ()) -> str | None:
     """The first field of a pod (or pod template) whose type the API server would refuse."""
-    return next(_problems(template, POD_TEMPLATE, list(prefix)), None)
+    return _check(template, POD_TEMPLATE, ".".join(prefix))
 
 
-def _problems(value: Any, shape: Any, path: list[str]) -> Iterator[str]:
+# Runs on every admission: the field path is a string built only for fields that are present,
+# and a failed check is explained only once it has failed.
+def _check(value: Any, shape: Any, path: str) -> str | None:
     if value is None:
-        return
+        return None
+    if shape is str or shape is int:
+        return None if _is(value, shape) else _mismatch(value, shape, path)
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return _mismatch(value, list, path)
+        for i, item in enumerate(value):
+            problem = _check(item, shape[0], f"{path}[{i}]")
+            if problem:
+                return problem
+        return None
+    if not isinstance(value, dict):
+        return _mismatch(value, dict, path)
     if shape == STRINGS:
-        yield from _mismatch(value, dict, path)
-        if isinstance(value, dict):
-            for key, item in value.items():
-                yield from _mismatch(item, str, [*path, str(key)])
-    elif isinstance(shape, dict):
-        yield from _mismatch(value, dict, path)
-        if isinstance(value, dict):
-            for key, inner in shape.items():
-                yield from _problems(value.get(key), inner, [*path, key])
-    elif isinstance(shape, list):
-        yield from _mismatch(value, list, path)
-        if isinstance(value, list):
-            for i, item in enumerate(value):
-                yield from _problems(item, shape[0], [*path[:-1], f"{path[-1]}[{i}]"])
-    else:
-        yield from _mismatch(value, shape, path)
+        for key, item in value.items():
+            if not isinstance(item, str):
+                return _mismatch(item, str, _join(path, str(key)))
+        return None
+    for key, inner in shape.items():
+        child = value.get(key)
+        if child is not None:
+            problem = _check(child, inner, _join(path, key))
+            if problem:
+                return problem
+    return None
 
 
-def _mismatch(value: Any, expected: type, path: list[str]) -> Iterator[str]:
-    if isinstance(value, expected) and not isinstance(value, bool):
-        return
-    field = ".".join(path)
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _is(value: Any, expected: type) -> bool:
+    return isinstance(value, expected) and not isinstance(value, bool)
+
+
+def _mismatch(value: Any, expected: type, path: str) -> str:
     hint = ": quote it" if expected is str and isinstance(value, int | float | bool) else ""
-    yield (
-        f"{field} must be {_NAMES[expected]}, not {_describe(value)}{hint}; "
+    return (
+        f"{path} must be {_NAMES[expected]}, not {describe(value)}{hint}; "
         "the API server refuses it too"
     )
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A YAML value's type as a user reads it: ``a mapping``, ``the number 120``, ``null``."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):

@@ -109,6 +109,7 @@ def _build(doc: Located, source: str) -> Policy:
     default = spec.get("defaultClass")
     if default is not None and default not in classes:
         _unknown_class(doc, source, ("spec", "defaultClass"), default, classes)
+    _check_grace(doc, source)
     return Policy(
         name=doc.value["metadata"]["name"],
         mode=Mode(spec.get("mode", "enforce")),
@@ -124,6 +125,18 @@ def _build(doc: Located, source: str) -> Policy:
         ),
         default_class=default,
     )
+
+
+def _check_grace(doc: Located, source: str) -> None:
+    grace = doc.value["spec"].get("gracePeriod", {})
+    maximum, margin = grace.get("maxSeconds", 300), grace.get("checkpointMarginSeconds", 30)
+    if margin >= maximum:
+        path = ("spec", "gracePeriod", "checkpointMarginSeconds")
+        message = (
+            f"a margin of {margin} s leaves no time for a checkpoint within the {maximum} s "
+            "maximum grace period: make it smaller than maxSeconds"
+        )
+        raise PolicyError(source, doc.line_of(path), _dotted(path), message)
 
 
 def _check_schema(doc: Located, source: str) -> None:

@@ -42,13 +42,6 @@ def workload_kind(obj: Obj) -> WorkloadKind | None:
     return KINDS.get(kind) if isinstance(kind, str) else None
 
 
-def expand_lists(obj: Obj) -> list[Obj]:
-    """The items of a ``v1 List`` (as kubectl prints them, nested lists too), else the object."""
-    if obj.get("kind") == "List" and isinstance(obj.get("items"), list):
-        return [item for raw in obj["items"] if isinstance(raw, dict) for item in expand_lists(raw)]
-    return [obj]
-
-
 def template_of(obj: Obj, kind: WorkloadKind) -> Obj | None:
     """The dict holding the pod's metadata and spec: the Pod itself, or its template."""
     node: Any = obj

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 
 Path_ = tuple[str | int, ...]
 
@@ -35,6 +36,9 @@ def compose_documents(text: str) -> list[Located]:
         while loader.check_node():
             node = loader.get_node()
             assert node is not None  # check_node() said a document follows
+            problem = alias_problem(node)
+            if problem is not None:
+                raise ConstructorError(None, None, problem[0], _mark(problem[1]))
             lines: dict[Path_, int] = {}
             docs.append(Located(_construct(loader, node, (), lines), lines))
         return docs
@@ -50,7 +54,7 @@ def _construct(
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = _mapping_key(loader, key_node, out)
             out[key] = _construct(loader, value_node, (*path, key), lines)
         return out
     if isinstance(node, yaml.SequenceNode):
@@ -58,7 +62,63 @@ def _construct(
     return loader.construct_object(node, deep=True)
 
 
+def _mapping_key(loader: yaml.SafeLoader, node: yaml.Node, mapping: dict[Any, Any]) -> Any:
+    key = loader.construct_object(node, deep=True)
+    if key is not None and not isinstance(key, str | int | float | bool):
+        raise ConstructorError(None, None, "a key must be a plain value", node.start_mark)
+    if key in mapping:
+        raise ConstructorError(None, None, f"duplicate key {key!r}", node.start_mark)
+    return key
+
+
+def _mark(line: int) -> yaml.Mark:
+    return yaml.Mark("", 0, line - 1, 0, None, 0)
+
+
 def problem_line(error: yaml.YAMLError) -> int | None:
     """The 1-based line a YAML syntax error points at, when it says."""
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     return None if mark is None else int(mark.line) + 1
+
+
+# An alias expands to a copy of its anchor everywhere the engine copies or walks a document;
+# past this many nodes a small file is an "alias bomb" (kubectl refuses those too).
+MAX_EXPANDED_NODES = 1_000_000
+
+
+def alias_problem(root: yaml.Node) -> tuple[str, int] | None:
+    """Why a composed document cannot be used, and the 1-based line to fix: an anchor holding
+    an alias to itself, or aliases expanding to more than ``MAX_EXPANDED_NODES`` values."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the path from the root to the node being expanded
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        kids = _children(node)
+        if children_done:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(k)] for k in kids)
+            if sizes[id(node)] > MAX_EXPANDED_NODES:
+                return f"aliases expand to more than {MAX_EXPANDED_NODES:,} values", _line(root)
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        for kid in kids:
+            if id(kid) in open_nodes:
+                return f"the anchor at line {_line(kid)} contains an alias to itself", _line(kid)
+            stack.append((kid, False))
+    return None
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
