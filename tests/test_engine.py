@@ -524,3 +524,59 @@ def test_a_standard_pod_whose_only_matching_term_requires_preemptible_is_refused
         "requires preemptible capacity through its required node affinity terms"
         in (decision.violations[0])
     )
+
+
+def _deployment(workload: str, replicas: int, **meta: Any) -> dict[str, Any]:
+    template = {
+        "metadata": {"annotations": {"together.ai/workload": workload}},
+        "spec": {"containers": C, "nodeSelector": {KEY: "preemptible"}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "api", "namespace": "team-a", **meta},
+        "spec": {"replicas": replicas, "template": template},
+    }
+
+
+def test_workload_updates_that_keep_the_template_pass(policy) -> None:
+    """A serving Deployment pinned to preemptible nodes, admitted before enforcement began."""
+    old = _deployment("serving", 2)
+    scaled = evaluate(
+        _deployment("serving", 0), policy, Context("UPDATE", "team-a", old_object=old)
+    )
+    assert (scaled.allowed, scaled.skipped) == (True, "the pod template did not change")
+    deleting = evaluate(
+        _deployment("serving", 2, deletionTimestamp="2026-12-03T07:00:00Z", finalizers=[]),
+        policy,
+        Context("UPDATE", "team-a", old_object=None),
+    )
+    assert (deleting.allowed, deleting.skipped) == (True, "the object is being deleted")
+
+
+def test_workload_updates_that_change_the_template_are_judged(policy) -> None:
+    old = _deployment("flexible", 2)
+    decision = evaluate(
+        _deployment("serving", 2), policy, Context("UPDATE", "team-a", old_object=old)
+    )
+    assert decision.refused
+    assert "class serving must run on standard nodes" in decision.violations[0]
+
+
+def test_user_values_in_reasons_are_cut_short(policy) -> None:
+    long_class = "x" * 20_000
+    decision = evaluate(pod({"containers": C}, {"together.ai/workload": long_class}), policy, CTX)
+    assert decision.refused
+    assert all(len(v) < 300 for v in decision.violations), decision.violations
+    digits = "9" * 5_000  # past Python's limit on converting digit strings
+    decision = evaluate(
+        pod(
+            {"containers": C},
+            {"together.ai/workload": "interruptible", "together.ai/checkpoint-seconds": digits},
+        ),
+        policy,
+        CTX,
+    )
+    assert decision.refused
+    assert "must be a whole number of seconds" in decision.violations[0]
+    assert len(decision.violations[0]) < 300

@@ -184,6 +184,12 @@ def test_unusable_yaml_is_refused_with_its_line(
     assert f"not valid YAML: {message.format(line=line)}" in caught.value.message
 
 
+def test_deeply_nested_yaml_is_refused(tmp_path) -> None:
+    directory = write(tmp_path, GOOD + "extra: " + "[" * 5_000 + "\n")
+    with pytest.raises(PolicyError, match="nested too deeply"):
+        load_policy(directory)
+
+
 def test_broken_yaml_is_refused_with_its_line(tmp_path) -> None:
     directory = write(tmp_path, GOOD.replace("  mode: enforce", "  mode: [enforce", 1))
     with pytest.raises(PolicyError, match=r"policy.yaml:\d+: \(document\): not valid YAML"):

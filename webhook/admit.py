@@ -59,7 +59,9 @@ def admit(
     if reason is not None:
         return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason)
     assert request.object is not None  # parse_review requires it for CREATE and UPDATE
-    context = Context(request.operation, request.namespace, namespace_annotations)
+    context = Context(
+        request.operation, request.namespace, namespace_annotations, request.old_object
+    )
     decision = evaluate(request.object, policy, context)
     if decision.skipped is not None:
         return Admission(

@@ -6,7 +6,7 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from webhook.decision import Classification
+from webhook.decision import Classification, shorten
 from webhook.policy import Policy, Rule
 
 WORKLOAD_ANNOTATION = "together.ai/workload"
@@ -92,9 +92,9 @@ def _add(
     if name in policy.classes:
         found.append(Classification(name, source, detail))
     else:
-        violations.append(
-            f"unknown workload class {name!r} in {where}: use one of {policy.class_names()}"
-        )
+        valid = policy.class_names()
+        unknown = shorten(name)
+        violations.append(f"unknown workload class {unknown!r} in {where}: use one of {valid}")
 
 
 def rule_matches(rule: Rule, facts: PodFacts) -> bool:

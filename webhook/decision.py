@@ -17,6 +17,8 @@ class Context:
     operation: Operation = "CREATE"
     namespace: str | None = None
     namespace_annotations: Mapping[str, str] = field(default_factory=dict)
+    # On UPDATE, the object as it was: only a changed pod template is judged again.
+    old_object: Obj | None = None
 
 
 @dataclass(frozen=True)
@@ -66,3 +68,8 @@ class Decision:
     def refused(self) -> bool:
         """True when enforce mode would refuse the object (whatever the mode)."""
         return bool(self.violations)
+
+
+def shorten(value: str, limit: int = 63) -> str:
+    """A user-supplied value cut for quoting in a message (63: the longest label value)."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from webhook.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
-from webhook.decision import Change, Classification, Context, Decision, Obj
+from webhook.decision import Change, Classification, Context, Decision, Obj, shorten
 from webhook.grace import grace_budget
 from webhook.jsoncopy import json_copy
 from webhook.placement import Outcome, place
@@ -74,7 +74,7 @@ def _skip_reason(
     obj: Obj, kind: WorkloadKind | None, namespace: str | None, policy: Policy, ctx: Context
 ) -> str | None:
     if kind is None:
-        return f"kind {obj.get('kind')!r} holds no pods"
+        return f"kind {shorten(str(obj.get('kind')))!r} holds no pods"
     if namespace in policy.excluded_namespaces:
         return f"namespace {namespace} is excluded by the policy"
     if kind.kind == "DaemonSet":
@@ -83,6 +83,8 @@ def _skip_reason(
         return f"{ctx.operation} is not checked"
     if kind.is_pod:
         return _pod_skip_reason(obj, ctx)
+    if ctx.operation == "UPDATE":
+        return _workload_update_skip_reason(obj, kind, ctx)
     return None
 
 
@@ -93,6 +95,16 @@ def _pod_skip_reason(pod: Obj, ctx: Context) -> str | None:
         return "mirror pods of static pods belong to their node"
     if controller_kind(pod) == "DaemonSet":
         return "DaemonSet pods run on every node, of both classes"
+    return None
+
+
+def _workload_update_skip_reason(obj: Obj, kind: WorkloadKind, ctx: Context) -> str | None:
+    # Controllers and the garbage collector update workloads all the time (replicas, status,
+    # finalizers); refusing those would leave a workload admitted earlier stuck.
+    if mapping_at(obj, "metadata").get("deletionTimestamp"):
+        return "the object is being deleted"
+    if ctx.old_object is not None and template_of(obj, kind) == template_of(ctx.old_object, kind):
+        return "the pod template did not change"
     return None
 
 

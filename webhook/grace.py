@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.decision import Change
+from webhook.decision import Change, shorten
 from webhook.policy import Policy
 
 CHECKPOINT_ANNOTATION = "together.ai/checkpoint-seconds"
@@ -42,7 +42,7 @@ def grace_budget(annotations: Mapping[str, str], policy: Policy) -> GraceBudget:
             margin,
             [
                 f"annotation {CHECKPOINT_ANNOTATION} must be a whole number of seconds, "
-                f'got {raw!r}: write the time a full checkpoint takes, e.g. "120"'
+                f'got {shorten(raw)!r}: write the time a full checkpoint takes, e.g. "120"'
             ],
         )
     needed = seconds + margin
@@ -57,9 +57,15 @@ def grace_budget(annotations: Mapping[str, str], policy: Policy) -> GraceBudget:
     return GraceBudget(maximum, needed, seconds, margin, [too_long])
 
 
+# Longer than any drain window; also keeps int() clear of Python's limit on digit strings.
+MAX_CHECKPOINT_DIGITS = 9
+
+
 def _whole_seconds(raw: str) -> int | None:
     text = raw.strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_CHECKPOINT_DIGITS:
+        return None
+    return int(text)
 
 
 def grace_violation(spec: Mapping[str, Any]) -> str | None:

@@ -99,6 +99,8 @@ def _documents(text: str, source: str) -> list[Located]:
     except yaml.YAMLError as exc:
         detail = str(getattr(exc, "problem", None) or exc)
         raise PolicyError(source, problem_line(exc), "", f"not valid YAML: {detail}") from exc
+    except RecursionError as exc:
+        raise PolicyError(source, None, "", "not usable YAML: nested too deeply") from exc
 
 
 def _build(doc: Located, source: str) -> Policy:
