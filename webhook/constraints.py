@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from webhook.policy import Taint
+from webhook.workloads import mapping_at
 
 LabelState = str | None
 
@@ -58,10 +59,8 @@ def term_admits(term: Any, key: str, value: LabelState) -> bool:
 
 def required_terms(spec: dict[str, Any]) -> list[Any] | None:
     """The required nodeSelectorTerms (ORed), or None when the pod has none."""
-    node_affinity = _dig(
-        spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    terms = node_affinity.get("nodeSelectorTerms") if isinstance(node_affinity, dict) else None
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    terms = mapping_at(spec, "affinity", "nodeAffinity", required).get("nodeSelectorTerms")
     return terms if isinstance(terms, list) and terms else None
 
 
@@ -119,9 +118,3 @@ def tolerates(toleration: Any, taint: Taint) -> bool:
 def tolerated(spec: dict[str, Any], taint: Taint) -> bool:
     tolerations = spec.get("tolerations")
     return isinstance(tolerations, list) and any(tolerates(t, taint) for t in tolerations)
-
-
-def _dig(node: Any, *path: str) -> Any:
-    for part in path:
-        node = node.get(part) if isinstance(node, dict) else None
-    return node

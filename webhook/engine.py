@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
 from webhook.decision import Change, Classification, Context, Decision, Obj, shorten
-from webhook.grace import grace_budget
+from webhook.grace import GraceBudget, grace_budget
 from webhook.jsoncopy import json_copy
 from webhook.placement import Outcome, place
 from webhook.podshape import shape_problem
@@ -43,12 +43,12 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     problem = shape_problem(template, kind.template_path)
     if problem is not None:
         return base.refused(policy, problem)
-    verdict = classify(_facts(obj, template, kind, namespace, ctx), policy)
-    verdict = _with_misplaced_annotation(verdict, obj, kind)
+    facts = _facts(obj, template, kind, namespace, ctx)
+    verdict = _with_misplaced_annotation(classify(facts, policy), obj, kind)
     if verdict.classification.name is None or verdict.violations:
         return base.finish(policy, verdict, Outcome(violations=list(verdict.violations)), obj)
     mutated = copy_for_placement(obj, kind)
-    outcome = _place(mutated, kind, verdict, policy)
+    outcome = _place(mutated, kind, verdict, policy, grace_budget(facts.annotations, policy))
     return base.finish(policy, verdict, outcome, obj if outcome.violations else mutated)
 
 
@@ -134,12 +134,13 @@ def _with_misplaced_annotation(verdict: Verdict, obj: Obj, kind: WorkloadKind) -
     return dataclasses.replace(verdict, warnings=(*verdict.warnings, warning))
 
 
-def _place(mutated: Obj, kind: WorkloadKind, verdict: Verdict, policy: Policy) -> Outcome:
+def _place(
+    mutated: Obj, kind: WorkloadKind, verdict: Verdict, policy: Policy, budget: GraceBudget
+) -> Outcome:
     template = template_of(mutated, kind)
     assert template is not None  # checked on the original, and the copy is equal
     wclass = policy.classes[verdict.classification.name or ""]
-    annotations = string_map(mapping_at(template, "metadata").get("annotations"))
-    outcome = place(template, wclass, policy, grace_budget(annotations, policy))
+    outcome = place(template, wclass, policy, budget)
     if not outcome.violations:
         _record(template, wclass.name, outcome)
     prefix = ".".join(kind.template_path)
