@@ -38,6 +38,7 @@ SPEC_FIELDS: dict[str, Check] = {
     "operation": (lambda v: v in OPERATIONS, f"one of {', '.join(OPERATIONS)}"),
     "namespace": _TEXT,
     "namespaceAnnotations": (_is_strings, "a mapping of strings to strings"),
+    "oldObject": (lambda v: isinstance(v, dict), "the object before the update"),
 }
 EXPECT_FIELDS: dict[str, Check] = {
     "class": _TEXT,
@@ -110,6 +111,7 @@ def _case(raw: Obj, source: str) -> Case:
         operation=spec.get("operation") or "CREATE",
         namespace=spec.get("namespace") or _namespace_of(spec["object"]),
         namespace_annotations=spec.get("namespaceAnnotations") or {},
+        old_object=spec.get("oldObject"),
     )
     return Case(str(name), source, spec["object"], ctx, expect)
 
