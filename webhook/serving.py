@@ -11,10 +11,15 @@ until it is used or closed, and once they hold every thread the server stops ans
 here: 20 s hangs with 2 workers x 4 threads at 16 connections; 4 idle connections stall 4
 threads for good). ``WebhookWorker`` gives the thread back when a handshake is not followed
 by a request at once, as gthread already does for idle kept-alive connections.
+
+Once a thread reads a request, stock gthread makes the socket blocking with no timeout, so a
+client that sends part of a request and keeps the connection open holds that thread for good;
+enough of them stop the server. ``WebhookWorker`` gives each request a read deadline instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 import time
@@ -26,6 +31,7 @@ from typing import Any, Protocol
 
 from gunicorn import http, sock
 from gunicorn.app.base import BaseApplication
+from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
 from webhook.logs import stdlib_config
@@ -49,6 +55,12 @@ HANDSHAKE_TIMEOUT = 10.0
 # How long a thread waits for the first request after a handshake before handing the
 # connection to the poller; a client that will send one has usually sent it already.
 FIRST_REQUEST_WAIT = 0.005
+# How long a thread waits for one request, headers and body together, once it has started
+# reading it. The API server sends a review (3 MiB at most) at once; a client still sending
+# after this is stalled or hostile, and would otherwise hold a pool thread for as long as it
+# keeps the connection open. It is one deadline for the whole request, not one per read, so
+# a client trickling a byte at a time cannot stretch it.
+REQUEST_READ_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -73,24 +85,93 @@ class Hooks:
     exited: Callable[[], None] = lambda: None
 
 
+class ReadTimeout(http.errors.NoMoreData):  # type: ignore[misc]
+    """A request was not read in full within ``REQUEST_READ_TIMEOUT``.
+
+    A ``NoMoreData`` so that gthread closes the connection quietly, as for a client gone.
+    """
+
+    def __str__(self) -> str:
+        return f"the request was not complete within {REQUEST_READ_TIMEOUT:g} s"
+
+
+class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
+    """gunicorn's socket reader, bounding every read by the deadline of the current request.
+
+    gthread makes the socket blocking again each time a thread takes the connection (and
+    around its own drains), so the deadline is applied here, just before each read.
+    """
+
+    deadline: float | None = None
+    expired = False
+
+    def chunk(self, size_hint: int | None = None) -> bytes:
+        if self.deadline is None:
+            data: bytes = super().chunk(size_hint)
+            return data
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.expired = True
+            raise ReadTimeout()
+        prior = self.sock.gettimeout()
+        # A shorter timeout already set (gthread's bounded body drain) still applies.
+        bounded = prior is not None and prior <= remaining
+        self.sock.settimeout(prior if bounded else remaining)
+        try:
+            data = super().chunk(size_hint)
+        except TimeoutError:
+            if bounded:
+                raise
+            self.expired = True
+            raise ReadTimeout() from None
+        finally:
+            with contextlib.suppress(OSError):  # closed meanwhile
+                self.sock.settimeout(prior)
+        return data
+
+
 class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
-    """gthread whose threads never wait on an idle, freshly handshaken TLS connection."""
+    """gthread whose threads never wait on an idle, freshly handshaken TLS connection, nor
+    longer than ``REQUEST_READ_TIMEOUT`` on a request that is not coming in."""
 
     nr_conns: int
     pending_conns: deque[gthread.TConn]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Connections given up on (a missed read deadline, a failed handshake), to close
+        # without lingering: see finish_request().
+        self._stalled: set[gthread.TConn] = set()
+
     def handle(self, conn: gthread.TConn) -> Any:
         if conn.initialized or not self.cfg.is_ssl:
-            return super().handle(conn)
+            return self._serve(conn)
         if not conn.data_ready and not conn.wait_for_data(gthread.DEFAULT_WORKER_DATA_TIMEOUT):
             return gthread._DEFER
         if not self._handshake(conn):
             return False
         conn.data_ready = bool(conn.sock.pending())
         if conn.wait_for_data(FIRST_REQUEST_WAIT):
-            return super().handle(conn)
+            return self._serve(conn)
         # finish_request() parks a deferred connection in the poller until it is readable.
         return gthread._DEFER
+
+    def _serve(self, conn: gthread.TConn) -> Any:
+        """Read and answer one request, starting its read deadline now.
+
+        A thread takes a connection only once it is readable, so the clock starts when the
+        request does (a kept-alive connection waits in the poller, not here). The parser of
+        a TLS connection is made in ``_handshake``; the server always serves TLS.
+        """
+        unreader = getattr(conn.parser, "unreader", None)
+        if not isinstance(unreader, DeadlineUnreader):
+            return super().handle(conn)
+        unreader.deadline = time.monotonic() + REQUEST_READ_TIMEOUT
+        try:
+            return super().handle(conn)
+        finally:
+            if unreader.expired:
+                self._stalled.add(conn)
 
     def _handshake(self, conn: gthread.TConn) -> bool:
         conn.initialized = True
@@ -100,12 +181,21 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             conn.sock.do_handshake()
         except (OSError, ssl.SSLError) as exc:
             self.log.debug("TLS handshake with %s failed: %s", conn.client, exc)
+            self._stalled.add(conn)
             return False
         conn.sock.settimeout(None)
         conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        conn.parser.unreader = DeadlineUnreader(conn.sock)
         return True
 
     def finish_request(self, conn: gthread.TConn, fs: Any) -> None:
+        if conn in self._stalled:
+            # A graceful close lingers up to 2 s for the client to close too, here on the
+            # thread that runs the poller; a stalled client never does. Close at once.
+            self._stalled.discard(conn)
+            self.nr_conns -= 1
+            conn.close()
+            return
         # One finished request closes at most one connection. gthread counts a close twice
         # when closing raises, and a count below the truth ends a graceful shutdown before
         # the reviews still in flight are answered.

@@ -1,0 +1,60 @@
+"""Clients that start a request and never finish it must not hold the server's threads.
+
+Every request gets a read deadline (``serving.REQUEST_READ_TIMEOUT``); these tests assert that
+the server answers again and closes the stalled connections, never how fast.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from pathlib import Path
+
+from tests.server.helpers import Client, client_context, fixture, harness_server
+
+THREADS = 4
+# Far longer than the read deadline: a stalled client is never what ends these waits.
+CLIENT_TIMEOUT = 60.0
+
+
+def stalled(port: int, ca: Path, data: bytes) -> ssl.SSLSocket:
+    """A TLS connection that sent ``data`` and then nothing more, left open."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
+    conn = client_context(ca).wrap_socket(raw, server_hostname="127.0.0.1")
+    conn.sendall(data)
+    return conn
+
+
+def read_all(conn: ssl.SSLSocket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    return data
+
+
+def test_stalled_requests_do_not_hold_the_threads(tmp_path: Path, tls_dir: Path) -> None:
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
+    partial_headers = b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    partial_body = (
+        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 1000\r\n\r\n{"apiVersion"'
+    )
+    held = [stalled(server.port, server.ca, partial_headers) for _ in range(THREADS // 2)]
+    held += [stalled(server.port, server.ca, partial_body) for _ in range(THREADS // 2)]
+
+    # Every thread is now reading a request that will never be complete; this review is
+    # answered once they give up on them (without a deadline, never).
+    probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
+    reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+    assert reply.status == 200, server.logs()
+    probe.close()
+
+    # The stalled connections were closed by the server.
+    for conn in held[: THREADS // 2]:
+        assert read_all(conn) == b""
+    for conn in held[THREADS // 2 :]:
+        read_all(conn)
+    for conn in held:
+        conn.close()
+    assert server.terminate() == 0, server.logs()
