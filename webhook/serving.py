@@ -214,6 +214,17 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 conn.timeout = min(conn.timeout, deadline)
         super().murder_pending()
 
+    def set_accept_enabled(self, enabled: bool) -> None:
+        super().set_accept_enabled(enabled)
+        if not enabled and not self.alive:
+            # Stopping: the arbiter has closed its copies of the listening sockets, so
+            # closing these makes the kernel refuse new connections at once. Left open, they
+            # would queue in the backlog, never accepted, until the client's timeout; refused,
+            # the API server applies the webhook's failurePolicy straight away. Connections
+            # already accepted are still served.
+            for listener in self.sockets:
+                listener.close()
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.alive:
             self.app.hooks.stopping()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.server.helpers import Client, Reply, fixture, harness_server
 
@@ -77,3 +80,40 @@ def test_sigterm_does_not_wait_for_idle_handshaken_connections(
     assert time.monotonic() - started < 30, server.logs()
     for client in [used, *idle]:
         client.close()
+
+
+def test_connections_after_sigterm_are_refused(tmp_path: Path, tls_dir: Path) -> None:
+    """A stopping server refuses new connections at once, while it finishes the reviews in flight.
+
+    The API server then applies the webhook's failurePolicy straight away instead of waiting
+    out its timeout on a connection that nothing will ever accept.
+    """
+    server = harness_server(
+        tls_dir, tmp_path / "server.log", slow_seconds=4 * SLOW_SECONDS, graceful_timeout=120
+    )
+    review = fixture("create-pod-sweep-mutate")
+    in_flight = Client(server.port, server.ca, timeout=30)
+    replies: list[Reply | Exception] = []
+
+    def send() -> None:
+        try:
+            replies.append(in_flight.post("/mutate", review))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            replies.append(exc)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    time.sleep(SLOW_SECONDS / 3)
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert thread.is_alive(), "the review in flight should still be evaluated"
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=10).close()
+    finally:
+        thread.join(timeout=30)
+        assert server.terminate() == 0, server.logs()
+    assert len(replies) == 1
+    assert isinstance(replies[0], Reply), replies[0]
+    assert replies[0].status == 200
+    in_flight.close()
