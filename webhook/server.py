@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from gunicorn.http.errors import NoMoreData, ParseException
+from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from webhook import engine
 from webhook.admit import Admission, Evaluator, Hook, admit, internal_error, unavailable
@@ -100,9 +101,17 @@ class _Handler:
         length = request.content_length
         if length is not None and length > self.max_body_bytes:
             raise BadReview(f"body of {length} bytes is over the {self._limit()} limit")
-        body = request.stream.read(self.max_body_bytes + 1)
+        try:
+            body = request.stream.read(self.max_body_bytes + 1)
+        except (ParseException, OSError, ClientDisconnected) as exc:
+            # A malformed chunk, a client gone or stalled: a bad request, not a server fault.
+            raise BadReview(f"body could not be read: {_read_error(exc)}") from None
         if len(body) > self.max_body_bytes:
             raise BadReview(f"body is over the {self._limit()} limit")
+        if length is not None and len(body) < length:
+            raise BadReview(
+                f"body ended after {len(body)} of the {length} bytes of its Content-Length"
+            )
         return body
 
     def _limit(self) -> str:
@@ -146,6 +155,14 @@ class _Handler:
             detail=admission.detail or None,
             duration_ms=round(seconds * 1000, 3),
         )
+
+
+def _read_error(exc: Exception) -> str:
+    if type(exc) is NoMoreData or isinstance(exc, ClientDisconnected):
+        return "the client closed the connection before the end of the body"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _ready(policy: PolicySource, readiness: ReadinessCheck) -> Response:

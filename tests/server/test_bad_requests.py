@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import socket
+import ssl
 from typing import Any
 
 import pytest
 
-from tests.server.helpers import ServerProcess, fixture
+from tests.server.helpers import ServerProcess, client_context, fixture, wait_for
 
 POD = fixture("create-pod-sweep-mutate")
 LIMIT = 7 * 1024 * 1024
@@ -139,6 +141,52 @@ def test_bad_requests_are_counted_and_logged(server: ServerProcess) -> None:
     assert after == before + 1
     reasons = [r["reason"] for r in server.log_events("bad_request")]
     assert any(r.startswith("body is not JSON") for r in reasons)
+
+
+def raw_exchange(server: ServerProcess, request: bytes, *, half_close: bool = False) -> bytes:
+    """Send ``request`` as it is over TLS; what the server sends until it closes."""
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    conn = client_context(server.ca).wrap_socket(raw, server_hostname="127.0.0.1")
+    conn.sendall(request)
+    if half_close:
+        # TCP FIN under the TLS session, which stays usable for reading the answer.
+        socket.socket.shutdown(conn, socket.SHUT_WR)
+    data = b""
+    try:
+        while chunk := conn.recv(65536):
+            data += chunk
+    except (ssl.SSLError, ConnectionResetError):
+        pass
+    conn.close()
+    return data
+
+
+def test_bad_chunk_is_a_400_saying_the_body_could_not_be_read(server: ServerProcess) -> None:
+    answer = raw_exchange(
+        server,
+        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\nZZ\r\n',
+    )
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert body.startswith(b"body could not be read: "), answer
+    assert b"chunk size" in body, answer
+    assert body.count(b"\n") == 1
+    assert "Traceback" not in server.logs()
+    assert not [r for r in server.log_events("request_failed") if r["level"] == "error"]
+
+
+def test_body_shorter_than_its_content_length(server: ServerProcess) -> None:
+    # The client ends its side of the connection mid-body. TLS cannot carry an answer back
+    # after that, so the reason is checked where it is kept: the log.
+    raw_exchange(
+        server,
+        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 1000\r\n\r\n{"apiVersion"',
+        half_close=True,
+    )
+    expected = "body ended after 13 of the 1000 bytes of its Content-Length"
+    wait_for(lambda: expected in [r["reason"] for r in server.log_events("bad_request")])
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,12 @@ import ssl
 from pathlib import Path
 
 from tests.server.helpers import Client, client_context, fixture, harness_server
+from webhook.serving import REQUEST_READ_TIMEOUT
 
 THREADS = 4
 # Far longer than the read deadline: a stalled client is never what ends these waits.
 CLIENT_TIMEOUT = 60.0
+DEADLINE = f"{REQUEST_READ_TIMEOUT:g}"
 
 
 def stalled(port: int, ca: Path, data: bytes) -> ssl.SSLSocket:
@@ -50,11 +52,15 @@ def test_stalled_requests_do_not_hold_the_threads(tmp_path: Path, tls_dir: Path)
     assert reply.status == 200, server.logs()
     probe.close()
 
-    # The stalled connections were closed by the server.
+    # The stalled connections were closed by the server, a partial body with a reason why.
     for conn in held[: THREADS // 2]:
         assert read_all(conn) == b""
     for conn in held[THREADS // 2 :]:
-        read_all(conn)
+        answer = read_all(conn)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        reason = f"body could not be read: the request was not complete within {DEADLINE} s"
+        assert answer.endswith(f"\r\n\r\n{reason}\n".encode()), answer
     for conn in held:
         conn.close()
     assert server.terminate() == 0, server.logs()
+    assert "Traceback" not in server.logs()
