@@ -19,6 +19,9 @@ API_VERSION = "admission.k8s.io/v1"
 API_VERSIONS = (API_VERSION, "admission.k8s.io/v1beta1")
 REVIEW_KIND = "AdmissionReview"
 PATCH_TYPE: Literal["JSONPatch"] = "JSONPatch"
+# How much of a value from the request a reason or a log field shows: enough to recognise it,
+# while a client cannot make the answer or the log line as large as its request.
+ECHO_CHARS = 100
 
 
 class GroupVersionKind(TypedDict):
@@ -95,7 +98,8 @@ def parse_review(doc: object) -> Request:
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     if api_version not in API_VERSIONS or kind != REVIEW_KIND:
         raise BadReview(
-            f"not an AdmissionReview: apiVersion {api_version!r}, kind {kind!r}; "
+            f"not an AdmissionReview: apiVersion {clip(repr(api_version))}, "
+            f"kind {clip(repr(kind))}; "
             f"expected {API_VERSION} {REVIEW_KIND}"
         )
     request = doc.get("request")
@@ -111,7 +115,8 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     operation = raw.get("operation")
     if operation not in get_args(Operation):
         raise BadReview(
-            f"request.operation {operation!r} is not one of CREATE, UPDATE, DELETE, CONNECT"
+            f"request.operation {clip(repr(operation))} is not one of "
+            "CREATE, UPDATE, DELETE, CONNECT"
         )
     obj, old = _object(raw, "object"), _object(raw, "oldObject")
     if operation in ("CREATE", "UPDATE") and obj is None:
@@ -201,6 +206,11 @@ def _response(
     if audit:
         response["auditAnnotations"] = dict(audit)
     return response
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis showing where."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _object(raw: Mapping[str, Any], key: str) -> Obj | None:

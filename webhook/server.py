@@ -19,7 +19,7 @@ from webhook.admit import Admission, Evaluator, Hook, admit, internal_error, una
 from webhook.logs import get_logger
 from webhook.metrics import Metrics
 from webhook.policy import Policy
-from webhook.review import BadReview, Request, loads, parse_review
+from webhook.review import BadReview, Request, clip, loads, parse_review
 
 # The API server caps a request body at 3 MiB, and a review carries at most two objects
 # (object and oldObject, on UPDATE); 7 MiB leaves room for JSON escaping without letting a
@@ -85,7 +85,7 @@ class _Handler:
             req = parse_review(loads(self._body()))
         except BadReview as exc:
             self.metrics.bad_requests.labels(hook=hook.value).inc()
-            log.warning("bad_request", hook=hook.value, reason=str(exc), path=request.path)
+            log.warning("bad_request", hook=hook.value, reason=str(exc), path=clip(request.path))
             return _text(400, str(exc))
         admission = self._admit(hook, req)
         seconds = time.perf_counter() - started
@@ -105,7 +105,7 @@ class _Handler:
             body = request.stream.read(self.max_body_bytes + 1)
         except (ParseException, OSError, ClientDisconnected) as exc:
             # A malformed chunk, a client gone or stalled: a bad request, not a server fault.
-            raise BadReview(f"body could not be read: {_read_error(exc)}") from None
+            raise BadReview(f"body could not be read: {clip(_read_error(exc))}") from None
         if len(body) > self.max_body_bytes:
             raise BadReview(f"body is over the {self._limit()} limit")
         if length is not None and len(body) < length:
@@ -125,7 +125,9 @@ class _Handler:
             annotations = self.namespace_annotations(req.namespace)
             return admit(hook, req, policy, annotations, self.evaluate)
         except Exception:
-            log.exception("admission_failed", uid=req.uid, hook=hook.value, kind=req.kind)
+            log.exception(
+                "admission_failed", uid=clip(req.uid), hook=hook.value, kind=clip(req.kind)
+            )
             return internal_error(req)
 
     def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
@@ -138,13 +140,13 @@ class _Handler:
         response = admission.review["response"]
         log.info(
             "admission",
-            uid=req.uid,
+            uid=clip(req.uid),
             hook=hook.value,
             operation=req.operation,
-            kind=req.kind,
-            namespace=req.namespace,
-            name=req.name,
-            user=req.user,
+            kind=clip(req.kind),
+            namespace=clip(req.namespace) if req.namespace else None,
+            name=clip(req.name),
+            user=clip(req.user),
             dry_run=req.dry_run,
             workload_class=wclass,
             source=decision.classification.source if decision else None,
@@ -179,7 +181,7 @@ def _http_error(exc: HTTPException) -> Response:
 
 
 def _unexpected(exc: Exception) -> Response:
-    log.exception("request_failed", path=request.path)
+    log.exception("request_failed", path=clip(request.path))
     return _text(500, "internal error; see the preemptguard log")
 
 

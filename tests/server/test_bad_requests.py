@@ -189,6 +189,51 @@ def test_body_shorter_than_its_content_length(server: ServerProcess) -> None:
     wait_for(lambda: expected in [r["reason"] for r in server.log_events("bad_request")])
 
 
+HUGE = "x" * 5_000_000
+# A reason names what is wrong; echoing a value only needs its start.
+ECHO_LIMIT = 400
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (replaced(("apiVersion",), HUGE), "not an AdmissionReview: apiVersion 'xxx"),
+        (replaced(("kind",), HUGE), "kind 'xxx"),
+        (replaced(("request", "operation"), HUGE), "request.operation 'xxx"),
+        (replaced(("request", "operation"), {"op": [HUGE]}), "request.operation {'op': ['xxx"),
+    ],
+    ids=["apiVersion", "kind", "operation", "operation object"],
+)
+def test_reasons_cut_echoed_values(
+    server: ServerProcess, body: dict[str, Any], reason: str
+) -> None:
+    client = server.client()
+    reply = client.post("/mutate", body)
+    client.close()
+    assert reply.status == 400
+    text = reply.body.decode()
+    assert reason in text, text[:200]
+    assert "…" in text
+    assert len(text) < ECHO_LIMIT, text[:200]
+    logged = server.log_events("bad_request")[-1]["reason"]
+    assert logged == text.rstrip("\n")
+
+
+def test_log_fields_cut_request_values(server: ServerProcess) -> None:
+    review = replaced(("request", "userInfo", "username"), HUGE)
+    review["request"]["uid"] = "u" * 1_000_000
+    client = server.client()
+    reply = client.post("/mutate", review)
+    client.close()
+    # The answer echoes the uid whole: the API server matches it.
+    assert reply.status == 200
+    assert reply.response["uid"] == review["request"]["uid"]
+    record = next(r for r in server.log_events("admission") if r["uid"].startswith("uuuuuuuuuu"))
+    for field in ("uid", "user"):
+        assert record[field].endswith("…"), record[field][:200]
+        assert len(record[field]) < ECHO_LIMIT, record[field][:200]
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [("GET", "/mutate", 405), ("POST", "/nowhere", 404), ("PUT", "/validate", 405)],
