@@ -76,13 +76,18 @@ def admit(
     return _validated(request, decision, policy)
 
 
-def internal_error(request: Request) -> Admission:
-    """The answer when evaluating ``request`` raised: refused, never a crash or a hang."""
+def internal_error(request: Request) -> str:
+    """Why evaluating ``request`` failed, in one line, for an HTTP 500 (not a review).
+
+    A failed call, unlike a review that refuses, lets the API server apply the webhook's
+    failurePolicy: a bug here does not refuse pods with a message saying nothing to change.
+    """
     message = (
-        f"internal error while checking {request.kind} {_where(request)}; "
-        f"the preemptguard log has the details under uid {request.uid}"
+        f"internal error while checking {review.clip(request.kind)} "
+        f"{review.clip(_where(request))}; the preemptguard log has the details under uid "
+        f"{review.clip(request.uid)}"
     )
-    return Admission(review.errored(request, message), Outcome.ERROR, detail=message)
+    return " ".join(message.split())
 
 
 def unavailable(request: Request, why: str) -> Admission:

@@ -15,7 +15,15 @@ from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from webhook import engine
-from webhook.admit import Admission, Evaluator, Hook, admit, internal_error, unavailable
+from webhook.admit import (
+    Admission,
+    Evaluator,
+    Hook,
+    Outcome,
+    admit,
+    internal_error,
+    unavailable,
+)
 from webhook.logs import get_logger
 from webhook.metrics import Metrics
 from webhook.policy import Policy
@@ -87,7 +95,10 @@ class _Handler:
             self.metrics.bad_requests.labels(hook=hook.value).inc()
             log.warning("bad_request", hook=hook.value, reason=str(exc), path=clip(request.path))
             return _text(400, str(exc))
-        admission = self._admit(hook, req)
+        try:
+            admission = self._admit(hook, req)
+        except Exception:  # noqa: BLE001 - logged with its traceback by _failed()
+            return self._failed(hook, req, time.perf_counter() - started)
         seconds = time.perf_counter() - started
         self._record(hook, req, admission, seconds)
         body = json.dumps(admission.review, separators=(",", ":"))
@@ -121,14 +132,26 @@ class _Handler:
         policy = self.policy()
         if policy is None:
             return unavailable(req, "preemptguard has no policy loaded yet; retry shortly")
-        try:
-            annotations = self.namespace_annotations(req.namespace)
-            return admit(hook, req, policy, annotations, self.evaluate)
-        except Exception:
-            log.exception(
-                "admission_failed", uid=clip(req.uid), hook=hook.value, kind=clip(req.kind)
-            )
-            return internal_error(req)
+        annotations = self.namespace_annotations(req.namespace)
+        return admit(hook, req, policy, annotations, self.evaluate)
+
+    def _failed(self, hook: Hook, req: Request, seconds: float) -> Response:
+        """An HTTP 500, so that the API server applies the webhook's failurePolicy."""
+        self.metrics.admissions.labels(
+            hook=hook.value, outcome=Outcome.ERROR.value, workload_class="none"
+        ).inc()
+        self.metrics.admission_seconds.labels(hook=hook.value).observe(seconds)
+        log.exception(
+            "admission_failed",
+            uid=clip(req.uid),
+            hook=hook.value,
+            operation=req.operation,
+            kind=clip(req.kind),
+            namespace=clip(req.namespace) if req.namespace else None,
+            name=clip(req.name),
+            duration_ms=round(seconds * 1000, 3),
+        )
+        return _text(500, internal_error(req))
 
     def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
         decision = admission.decision

@@ -46,26 +46,30 @@ def review_of(client: FlaskClient, path: str, body: dict[str, Any]) -> dict[str,
     return doc
 
 
-def test_engine_failure_is_a_refusal_with_code_500(log_stream: io.StringIO) -> None:
+def test_engine_failure_is_an_http_500_naming_the_uid(log_stream: io.StringIO) -> None:
+    """Not a review refusing the pod: the API server applies the webhook's failurePolicy."""
+
     def broken(obj: Obj, policy: Policy, ctx: Context) -> Decision:
         raise RuntimeError("engine bug")
 
     metrics = Metrics()
     app = create_app(builtin_policy, evaluate=broken, metrics=metrics)
-    doc = review_of(client_for(app), "/mutate", SWEEP)
-    response = doc["response"]
-    assert doc["apiVersion"] == "admission.k8s.io/v1"
-    assert response["uid"] == SWEEP["request"]["uid"]
-    assert response["allowed"] is False
-    assert response["status"]["code"] == 500
-    assert response["status"]["reason"] == "InternalError"
-    assert SWEEP["request"]["uid"] in response["status"]["message"]
-    assert "Traceback" not in json.dumps(doc)
+    reply = client_for(app).post("/mutate", json=SWEEP)
+    assert reply.status_code == 500
+    assert reply.mimetype == "text/plain"
+    text = reply.get_data(as_text=True)
+    assert text.count("\n") == 1
+    assert text.endswith("\n")
+    assert SWEEP["request"]["uid"] in text
+    assert "team-a/sweep-" in text
+    assert "Traceback" not in text
+    assert "engine bug" not in text
     events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
-    failed = next(e for e in events if e["event"] == "admission_failed")
+    assert [e["event"] for e in events] == ["admission_failed"]
+    failed = events[0]
+    assert failed["level"] == "error"
+    assert failed["uid"] == SWEEP["request"]["uid"]
     assert failed["exception"][0]["exc_value"] == "engine bug"
-    admission = next(e for e in events if e["event"] == "admission")
-    assert admission["outcome"] == "error"
     sample = 'preemptguard_admissions_total{hook="mutate",outcome="error",workload_class="none"}'
     assert f"{sample} 1.0" in metrics.render().decode()
 
