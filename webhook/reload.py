@@ -20,8 +20,12 @@ from webhook.logs import get_logger
 from webhook.metrics import Metrics
 from webhook.policy import Policy
 from webhook.policy_files import PolicyError, builtin_policy, load_policy, policy_files
+from webhook.review import clip
 
 Signature = tuple[tuple[str, int, int, int, int], ...]
+
+# How much of an unexpected error's message a refused reload logs.
+ERROR_CHARS = 300
 
 log = get_logger("webhook.reload")
 
@@ -78,18 +82,22 @@ class PolicyStore:
         try:
             policy = load_policy(self.directory)
         except PolicyError as exc:
-            return self._refused(exc)
+            return self._refused(str(exc))
+        except Exception as exc:  # noqa: BLE001 - logged below; the last good policy serves
+            # A bug in loading, or input it did not foresee (RecursionError, MemoryError): the
+            # same as an invalid policy, in one bounded line rather than a traceback.
+            return self._refused(f"{type(exc).__name__}: {clip(_one_line(exc), ERROR_CHARS)}")
         self._policy = policy
         self.metrics.policy_reloads.inc()
         self.metrics.set_policy(policy.name, policy.mode.value)
         log.info("policy_reloaded", policy=policy.name, mode=policy.mode.value)
         return True
 
-    def _refused(self, exc: PolicyError) -> bool:
+    def _refused(self, error: str) -> bool:
         self.metrics.policy_reload_failures.inc()
         log.error(
             "policy_reload_refused",
-            error=str(exc),
+            error=error,
             serving=self._policy.name,
             note="the last good policy keeps serving",
         )
@@ -162,6 +170,10 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
             f"cannot use certificate {cert_file} with key {key_file}: {exc}"
         ) from exc
     return context
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 class Reloader:

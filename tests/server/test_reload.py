@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import ssl
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ from tests.server.helpers import (
     serve_args,
     wait_for,
 )
-from webhook import certs
+from webhook import certs, logs, reload
 from webhook.metrics import Metrics
 from webhook.policy_files import PolicyError
 from webhook.reload import CertificateError, CertStore, PolicyStore
@@ -73,6 +75,37 @@ def test_policy_store_follows_symlink_swaps_and_keeps_the_last_good(tmp_path: Pa
     assert metric(metrics, "preemptguard_policy_reloads_total") == 1
     assert metric(metrics, "preemptguard_policy_reload_failures_total") == 1
     assert metric(metrics, 'preemptguard_policy_info{mode="warn",name="relaxed"}') == 1
+
+
+def test_policy_store_keeps_the_last_good_on_any_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only an invalid policy: whatever loading raises is a refused reload."""
+    metrics = Metrics()
+    mount(tmp_path, {"policy.yaml": DEFAULT_POLICY.encode()}, "1")
+    store = PolicyStore(tmp_path, metrics)
+
+    def explode(directory: Path) -> None:
+        raise RecursionError("maximum recursion depth exceeded " + "[" * 100_000)
+
+    monkeypatch.setattr(reload, "load_policy", explode)
+    mount(tmp_path, {"policy.yaml": WARN_POLICY.encode()}, "2")
+    stream = io.StringIO()
+    logs.configure("info", stream=stream)
+    try:
+        reload.Reloader([store], interval=1).check_all()
+    finally:
+        logs.configure("info")
+    assert store.policy.name == "default"
+    assert metric(metrics, "preemptguard_policy_reload_failures_total") == 1
+    assert metric(metrics, "preemptguard_policy_reloads_total") == 0
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    assert len(lines[0]) < 1000
+    record = json.loads(lines[0])
+    assert record["event"] == "policy_reload_refused"
+    assert record["error"].startswith("RecursionError: maximum recursion depth exceeded [[[")
+    assert "exception" not in record
 
 
 def test_policy_store_refuses_a_bad_policy_at_start(tmp_path: Path) -> None:
