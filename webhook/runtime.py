@@ -61,6 +61,10 @@ class Runtime:
         if port:
             host = self.options.metrics_host or self.options.server.host
             self.metrics_server = self.metrics.serve(host, port)
+        # The worker is forked from the server process, which holds the policy and certificate
+        # loaded at start-up: a worker restarted after a crash would serve those until its
+        # first poll, undoing every reload since. Read what is on disk now.
+        self.reloader.check_all()
         self.reloader.start()
         self.namespaces.start()
         policy = self.policies.policy

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from tests.server.helpers import (
     DEFAULT_POLICY,
     WARN_POLICY,
     Client,
+    Reply,
     ServerProcess,
     fixture,
     free_port,
@@ -152,6 +154,13 @@ def test_cert_store_refuses_missing_files_at_start(tmp_path: Path) -> None:
 
 @pytest.fixture
 def mounted_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]:
+    proc, tls, policies = start_mounted(tmp_path, reload_interval=0.1)
+    yield proc, tls, policies
+    assert proc.terminate() == 0, proc.logs()
+
+
+def start_mounted(tmp_path: Path, reload_interval: float) -> tuple[ServerProcess, Path, Path]:
+    """The server on a policy and certificate mounted as Kubernetes mounts them."""
     tls, policies = tmp_path / "tls", tmp_path / "policies"
     first = certs.issue(list(certs.LOCAL_HOSTS))
     mount(tls, tls_files(first), "1")
@@ -162,15 +171,14 @@ def mounted_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]
         "--policies",
         str(policies),
         "--reload-interval",
-        "0.1",
+        str(reload_interval),
     ]
     ca_copy = tmp_path / "first-ca.crt"
     ca_copy.write_bytes(first.ca_cert)
     proc = ServerProcess(
         args, ca=ca_copy, log=tmp_path / "server.log", port=port, metrics_port=metrics_port
     )
-    yield proc, tls, policies
-    assert proc.terminate() == 0, proc.logs()
+    return proc, tls, policies
 
 
 def test_new_connections_get_the_new_certificate(
@@ -231,3 +239,45 @@ def test_policy_change_takes_effect_and_an_invalid_one_is_refused(
     assert len(refused) == 1
     assert "spec.mode" in refused[0]["error"]
     assert refused[0]["serving"] == "relaxed"
+
+
+def worker_pid(server: ServerProcess) -> int:
+    """The gunicorn worker: the one child of the server process."""
+    pid = server.proc.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+def test_a_restarted_worker_serves_the_current_files(tmp_path: Path) -> None:
+    """A worker that crashes comes back with the policy and certificate on disk, not the ones
+    the server started with (which the server process holds, loaded before the fork)."""
+    # Polling alone would take this long to see the files: the new worker reads them at once.
+    server, tls, policies = start_mounted(tmp_path, reload_interval=120)
+    second = certs.issue(list(certs.LOCAL_HOSTS))
+    new_ca = tmp_path / "second-ca.crt"
+    new_ca.write_bytes(second.ca_cert)
+    mount(policies, {"policy.yaml": WARN_POLICY.encode()}, "2")
+    mount(tls, tls_files(second), "2")
+
+    crashed = worker_pid(server)
+    os.kill(crashed, signal.SIGKILL)
+    wait_for(lambda: worker_pid(server) != crashed, timeout=30)
+
+    def served() -> Reply | None:
+        client = Client(server.port, new_ca, timeout=5)
+        try:
+            return client.post("/mutate", COORDINATOR)
+        except OSError:  # the new worker is still starting, or serves the old certificate
+            return None
+        finally:
+            client.close()
+
+    try:
+        reply = wait_for(served, timeout=30)
+        assert reply.status == 200
+        # The start-up policy (enforce) refuses the coordinator; the current one (warn) admits it.
+        assert reply.response["allowed"] is True
+        assert server.metric('preemptguard_policy_info{mode="warn",name="relaxed"}') == 1
+    finally:
+        assert server.terminate() == 0, server.logs()
