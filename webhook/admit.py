@@ -54,7 +54,7 @@ def admit(
     namespace_annotations: Mapping[str, str],
     evaluate: Evaluator,
 ) -> Admission:
-    """Answer ``request`` on ``hook``; a failure inside the engine is refused with code 500."""
+    """Answer ``request`` on ``hook`` (an exception from the engine reaches the caller)."""
     reason = _not_checked(hook, request)
     if reason is not None:
         return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason)
