@@ -33,6 +33,14 @@ def required(op: str) -> dict[str, Any]:
     }
 
 
+def with_terms(*terms: dict[str, Any]) -> dict[str, Any]:
+    required = {"nodeSelectorTerms": list(terms)}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
+GPU_TERM = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}
+NAME_FIELD = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+
 PREFERRED = {
     "nodeAffinity": {
         "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -205,80 +213,23 @@ C = [{"name": "c", "image": "busybox"}]
             id="empty-term-list",
         ),
         pytest.param(
+            {"containers": C, "affinity": with_terms(GPU_TERM, {}, {"matchExpressions": []})},
             {
                 "containers": C,
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": "gpu", "operator": "In", "values": ["h100"]}
-                                    ]
-                                },
-                                {},
-                                {"matchExpressions": []},
-                            ]
-                        }
-                    }
-                },
-            },
-            {
-                "containers": C,
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": "gpu", "operator": "In", "values": ["h100"]},
-                                        expr("In"),
-                                    ]
-                                },
-                                {},
-                                {"matchExpressions": []},
-                            ]
-                        }
-                    }
-                },
+                "affinity": with_terms(
+                    {"matchExpressions": [*GPU_TERM["matchExpressions"], expr("In")]},
+                    {},
+                    {"matchExpressions": []},
+                ),
                 "tolerations": [TOLERATION],
             },
             id="empty-terms-match-nothing-and-stay-so",
         ),
         pytest.param(
+            {"containers": C, "affinity": with_terms({"matchExpressions": None, **NAME_FIELD})},
             {
                 "containers": C,
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": None,
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": ["n1"]}
-                                    ],
-                                }
-                            ]
-                        }
-                    }
-                },
-            },
-            {
-                "containers": C,
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [expr("In")],
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": ["n1"]}
-                                    ],
-                                }
-                            ]
-                        }
-                    }
-                },
+                "affinity": with_terms({"matchExpressions": [expr("In")], **NAME_FIELD}),
                 "tolerations": [TOLERATION],
             },
             id="null-expressions-beside-match-fields",

@@ -137,38 +137,18 @@ class _Handler:
 
     def _failed(self, hook: Hook, req: Request, seconds: float) -> Response:
         """An HTTP 500, so that the API server applies the webhook's failurePolicy."""
-        self.metrics.admissions.labels(
-            hook=hook.value, outcome=Outcome.ERROR.value, workload_class="none"
-        ).inc()
-        self.metrics.admission_seconds.labels(hook=hook.value).observe(seconds)
-        log.exception(
-            "admission_failed",
-            uid=clip(req.uid),
-            hook=hook.value,
-            operation=req.operation,
-            kind=clip(req.kind),
-            namespace=clip(req.namespace) if req.namespace else None,
-            name=clip(req.name),
-            duration_ms=round(seconds * 1000, 3),
-        )
+        self._count(hook, Outcome.ERROR, None, seconds)
+        log.exception("admission_failed", **_request_fields(hook, req, seconds))
         return _text(500, internal_error(req))
 
     def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
         decision = admission.decision
         wclass = decision.workload_class if decision else None
-        self.metrics.admissions.labels(
-            hook=hook.value, outcome=admission.outcome.value, workload_class=wclass or "none"
-        ).inc()
-        self.metrics.admission_seconds.labels(hook=hook.value).observe(seconds)
+        self._count(hook, admission.outcome, wclass, seconds)
         response = admission.review["response"]
         log.info(
             "admission",
-            uid=clip(req.uid),
-            hook=hook.value,
-            operation=req.operation,
-            kind=clip(req.kind),
-            namespace=clip(req.namespace) if req.namespace else None,
-            name=clip(req.name),
+            **_request_fields(hook, req, seconds),
             user=clip(req.user),
             dry_run=req.dry_run,
             workload_class=wclass,
@@ -178,8 +158,26 @@ class _Handler:
             patch_ops=admission.patch_ops,
             warnings=len(response.get("warnings", ())),
             detail=admission.detail or None,
-            duration_ms=round(seconds * 1000, 3),
         )
+
+    def _count(self, hook: Hook, outcome: Outcome, wclass: str | None, seconds: float) -> None:
+        self.metrics.admissions.labels(
+            hook=hook.value, outcome=outcome.value, workload_class=wclass or "none"
+        ).inc()
+        self.metrics.admission_seconds.labels(hook=hook.value).observe(seconds)
+
+
+def _request_fields(hook: Hook, req: Request, seconds: float) -> dict[str, object]:
+    """What every log line about one review says, values from the request cut short."""
+    return {
+        "uid": clip(req.uid),
+        "hook": hook.value,
+        "operation": req.operation,
+        "kind": clip(req.kind),
+        "namespace": clip(req.namespace) if req.namespace else None,
+        "name": clip(req.name),
+        "duration_ms": round(seconds * 1000, 3),
+    }
 
 
 def _read_error(exc: Exception) -> str:
