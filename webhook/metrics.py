@@ -50,6 +50,7 @@ class Metrics:
             ["hook"],
             registry=reg,
         )
+        self._policy_labels: tuple[str, str] | None = None
         self._policy_and_certificates(reg)
         self._namespace_cache(reg)
 
@@ -99,8 +100,11 @@ class Metrics:
         )
 
     def set_policy(self, name: str, mode: str) -> None:
-        self.policy_info.clear()
+        # The new series first, then the old one gone: a scrape in between never sees none.
         self.policy_info.labels(name=name, mode=mode).set(1)
+        if self._policy_labels not in (None, (name, mode)):
+            self.policy_info.remove(*self._policy_labels)
+        self._policy_labels = (name, mode)
 
     def render(self) -> bytes:
         """The exposition text, as a scrape sees it."""

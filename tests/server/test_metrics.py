@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.server.helpers import ServerProcess, fixture
 from webhook import certs
+from webhook.metrics import Metrics
 
 
 def test_metrics_after_some_admissions(server: ServerProcess) -> None:
@@ -45,3 +46,16 @@ def test_metrics_are_not_on_the_tls_port(server: ServerProcess) -> None:
     client = server.client()
     assert client.get("/metrics").status == 404
     client.close()
+
+
+def test_policy_info_has_one_series_for_the_policy_in_use() -> None:
+    metrics = Metrics()
+    metrics.set_policy("default", "enforce")
+    metrics.set_policy("default", "warn")
+    metrics.set_policy("default", "warn")
+    series = [
+        line
+        for line in metrics.render().decode().splitlines()
+        if line.startswith("preemptguard_policy_info{")
+    ]
+    assert series == ['preemptguard_policy_info{mode="warn",name="default"} 1.0']
