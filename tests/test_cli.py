@@ -110,6 +110,11 @@ def test_namespace_annotations_come_from_namespace_objects_in_the_input() -> Non
             id="list-item-not-an-object",
         ),
         pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeSelector: {a: b}\n  nodeSelector: {c: d}\n",
+            "<stdin>:6: not valid YAML: duplicate key 'nodeSelector'",
+            id="duplicate-key",
+        ),
+        pytest.param(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: &s {extra: *s}\n",
             "<stdin>:4: not usable YAML: the anchor at line 4 contains an alias to itself",
             id="recursive-alias",
