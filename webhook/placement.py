@@ -133,9 +133,9 @@ def _already_narrower(
 
 def _require_reason(wclass: WorkloadClass, expr: dict[str, Any]) -> str:
     values = ", ".join(expr["values"])
-    where = "only on" if expr["operator"] == "In" else "never on"
+    where = "runs only on" if expr["operator"] == "In" else "never runs on"
     requirement = f"{expr['key']} {expr['operator']} [{values}]"
-    return f"requires {requirement}: class {wclass.name} runs {where} preemptible nodes"
+    return f"requires {requirement}: class {wclass.name} {where} preemptible nodes"
 
 
 def _prefer(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: Outcome) -> None:
