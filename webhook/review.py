@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast, get_args
 
-from webhook.decision import Obj, Operation
+from webhook.decision import Obj, Operation, shorten
 
 API_VERSION = "admission.k8s.io/v1"
 # v1beta1 has the same fields; an API server configured with it must get v1beta1 back.
@@ -209,8 +209,8 @@ def _response(
 
 
 def clip(text: str, limit: int = ECHO_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, an ellipsis showing where."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` from the request cut for a reason or a log field."""
+    return shorten(text, limit)
 
 
 def _object(raw: Mapping[str, Any], key: str) -> Obj | None:
