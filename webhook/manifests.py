@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from yaml.constructor import ConstructorError
 
 from webhook.decision import Obj
 from webhook.podshape import describe
 from webhook.workloads import mapping_at, string_map
-from webhook.yamlnodes import alias_problem, problem_line
+from webhook.yamlnodes import alias_problem, problem_line, refuse_duplicate_keys
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
@@ -24,18 +23,8 @@ _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    """Refuses a key written twice in one mapping, as kubectl does: YAML would keep only the
-    last, so a second ``nodeSelector:`` would silently replace the first."""
-
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                key = (key_node.tag, key_node.value)
-                if key in seen:
-                    problem = f"duplicate key {key_node.value!r}"
-                    raise ConstructorError(None, None, problem, key_node.start_mark)
-                seen.add(key)
+        refuse_duplicate_keys(node)
         mapping: dict[Any, Any] = super().construct_mapping(node, deep)
         return mapping
 

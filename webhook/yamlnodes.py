@@ -51,10 +51,11 @@ def _construct(
 ) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
+        refuse_duplicate_keys(node)
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = _mapping_key(loader, key_node, out)
+            key = _mapping_key(loader, key_node)
             out[key] = _construct(loader, value_node, (*path, key), lines)
         return out
     if isinstance(node, yaml.SequenceNode):
@@ -62,13 +63,25 @@ def _construct(
     return loader.construct_object(node, deep=True)
 
 
-def _mapping_key(loader: yaml.SafeLoader, node: yaml.Node, mapping: dict[Any, Any]) -> Any:
+def _mapping_key(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     key = loader.construct_object(node, deep=True)
     if key is not None and not isinstance(key, str | int | float | bool):
         raise ConstructorError(None, None, "a key must be a plain value", node.start_mark)
-    if key in mapping:
-        raise ConstructorError(None, None, f"duplicate key {key!r}", node.start_mark)
     return key
+
+
+def refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    """Raise on a key written twice in one mapping, as kubectl does: YAML would keep only the
+    last, so a second ``nodeSelector:`` would silently replace the first. Checked before merge
+    keys (``<<``) are flattened in, which a mapping's own keys may override."""
+    seen: set[tuple[str, str]] = set()
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                problem = f"duplicate key {key_node.value!r}"
+                raise ConstructorError(None, None, problem, key_node.start_mark)
+            seen.add(key)
 
 
 def _mark(line: int) -> yaml.Mark:
