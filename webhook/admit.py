@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from webhook import review
 from webhook.decision import Context, Decision, Obj
@@ -17,6 +18,34 @@ from webhook.policy import Mode, Policy
 from webhook.review import AdmissionReview, Request
 
 Evaluator = Callable[[Obj, Policy, Context], Decision]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class NamespaceMeta:
+    """What the engine reads of the request's namespace."""
+
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+
+class NamespaceUnknown(Exception):
+    """The namespace's annotations cannot be known now; ``str()`` says why.
+
+    Guessing "no default class" could let a pod through unplaced, so the review fails
+    instead (HTTP 500) and the webhook's failurePolicy decides.
+    """
+
+
+# Looks up a namespace (never None); raises NamespaceUnknown.
+NamespaceLookup = Callable[[str], NamespaceMeta]
+
+
+def no_namespaces(namespace: str) -> NamespaceMeta:
+    """The lookup when no cluster is configured: no namespace has annotations."""
+    return NamespaceMeta()
+
 
 CLASS_AUDIT_KEY = "workload-class"
 SOURCE_AUDIT_KEY = "classified-by"
@@ -33,6 +62,7 @@ class Outcome(enum.Enum):
     PATCHED = "patched"
     WARNED = "warned"  # would be refused in enforce mode; warn mode lets it through
     REFUSED = "refused"
+    BUSY = "busy"  # a large review refused because it could not be checked in time
     ERROR = "error"
 
 
@@ -51,16 +81,25 @@ def admit(
     hook: Hook,
     request: Request,
     policy: Policy,
-    namespace_annotations: Mapping[str, str],
+    namespaces: NamespaceLookup,
     evaluate: Evaluator,
 ) -> Admission:
-    """Answer ``request`` on ``hook`` (an exception from the engine reaches the caller)."""
+    """Answer ``request`` on ``hook``.
+
+    Exceptions from the engine, and ``NamespaceUnknown`` from ``namespaces``, reach the caller.
+    """
     reason = _not_checked(hook, request)
     if reason is not None:
         return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason)
     assert request.object is not None  # parse_review requires it for CREATE and UPDATE
+    meta = _namespace(request, policy, namespaces)
     context = Context(
-        request.operation, request.namespace, namespace_annotations, request.old_object
+        operation=request.operation,
+        namespace=request.namespace,
+        namespace_annotations=meta.annotations,
+        old_object=request.old_object,
+        requester=request.requester,
+        namespace_labels=meta.labels,
     )
     decision = evaluate(request.object, policy, context)
     if decision.skipped is not None:
@@ -93,6 +132,13 @@ def internal_error(request: Request) -> str:
 def unavailable(request: Request, why: str) -> Admission:
     """The answer when no policy is loaded: refused with 503, so nothing passes unchecked."""
     return Admission(review.errored(request, why, code=503), Outcome.ERROR, detail=why)
+
+
+def _namespace(request: Request, policy: Policy, namespaces: NamespaceLookup) -> NamespaceMeta:
+    # An excluded namespace is skipped by the engine: no need to know anything about it.
+    if request.namespace is None or request.namespace in policy.excluded_namespaces:
+        return NamespaceMeta()
+    return namespaces(request.namespace)
 
 
 def _not_checked(hook: Hook, request: Request) -> str | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.decision import Context, Decision, Obj
+from webhook.decision import Context, Decision, Obj, Requester
 from webhook.engine import evaluate
 from webhook.manifests import load_manifests
 from webhook.patch import apply_patch, make_patch
@@ -39,6 +39,14 @@ SPEC_FIELDS: dict[str, Check] = {
     "namespace": _TEXT,
     "namespaceAnnotations": (_is_strings, "a mapping of strings to strings"),
     "oldObject": (lambda v: isinstance(v, dict), "the object before the update"),
+    "userInfo": (
+        lambda v: (
+            isinstance(v, dict)
+            and isinstance(v.get("username"), str)
+            and _is_texts(v.get("groups", []))
+        ),
+        "a mapping with username (a string) and groups (a list of strings)",
+    ),
 }
 EXPECT_FIELDS: dict[str, Check] = {
     "class": _TEXT,
@@ -112,8 +120,15 @@ def _case(raw: Obj, source: str) -> Case:
         namespace=spec.get("namespace") or _namespace_of(spec["object"]),
         namespace_annotations=spec.get("namespaceAnnotations") or {},
         old_object=spec.get("oldObject"),
+        requester=_requester(spec.get("userInfo")),
     )
     return Case(str(name), source, spec["object"], ctx, expect)
+
+
+def _requester(user: Mapping[str, Any] | None) -> Requester | None:
+    if user is None:
+        return None
+    return Requester(user["username"], tuple(user.get("groups", ())))
 
 
 def _field_problem(fields: Mapping[str, Any], where: str, checks: dict[str, Check]) -> str | None:

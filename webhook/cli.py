@@ -27,7 +27,31 @@ Examples:
 """
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Guarded(click.Group):
+    """The command group; no input makes it print a traceback or a character it cannot."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        _tolerant_streams()
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line instead of a traceback
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            click.echo(f"error: internal error ({detail}); please report it", err=True)
+            sys.exit(ExitStatus.BAD_INPUT)
+
+
+def _tolerant_streams() -> None:
+    # Values read from JSON may hold lone surrogates ("\ud800"), which UTF-8 cannot encode:
+    # print them escaped rather than fail on them.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+@click.group(cls=_Guarded, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="preemptguard")
 def main() -> None:
     """Placement policy for GPU clusters that mix standard and preemptible nodes."""
@@ -82,7 +106,7 @@ def check_command(
     if output == "json":
         click.echo(render_json(results, input_errors=errors))
     else:
-        click.echo(render_text(results))
+        click.echo(render_text(results, input_errors=len(errors)))
     sys.exit(exit_status(results, bad_input=bool(errors)))
 
 

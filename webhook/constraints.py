@@ -3,11 +3,17 @@
 A node is described only by the value of the compute-class label (``None`` when the
 label is absent); other keys of a pod's constraints may match or not, so they never
 make a term exclude a kind of node.
+
+Every question here costs time linear in the pod: each required term is read once into a
+``TermView`` (sets and bounds), and a view answers for one label value in constant time.
+The questions asked of a pod range over the label values it names, so their number is
+capped (``MAX_LABEL_VALUES``), as is the number of terms (``MAX_TERMS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.policy import Taint
@@ -17,64 +23,193 @@ LabelState = str | None
 
 # A label value no constraint names (not even a valid label value), standing for all of them.
 UNNAMED_VALUE = "\x00unnamed"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+# A cluster has two values of the compute-class label; a pod naming more than this many is
+# not describing one, and answering for each would let its size decide the review's cost.
+MAX_LABEL_VALUES = 100
+# Kubernetes sets no limit, but real pods carry a handful of terms.
+MAX_TERMS = 1000
 
 
-def expression_admits(expr: Any, key: str, value: LabelState) -> bool:
-    """Whether one matchExpressions entry lets a node whose ``key`` label is ``value`` through."""
-    if not isinstance(expr, dict) or expr.get("key") != key:
-        return True
-    raw = expr.get("values")
-    values: list[Any] = raw if isinstance(raw, list) else []
-    op = expr.get("operator")
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt"):
-        return _compares(op, value, values)
-    return True
+@dataclass(frozen=True)
+class TermView:
+    """What one nodeSelectorTerm allows for the values of one label key.
 
-
-def _compares(op: str, value: LabelState, values: list[Any]) -> bool:
-    try:
-        node, bound = int(value or ""), int(values[0])
-    except (ValueError, IndexError, TypeError):
-        return False
-    return node > bound if op == "Gt" else node < bound
-
-
-def term_admits(term: Any, key: str, value: LabelState) -> bool:
-    """Whether a nodeSelectorTerm (its expressions are ANDed) can match such a node.
-
-    A term with no expressions and no fields matches no node at all (Kubernetes' rule).
+    ``one_of`` is the intersection of its ``In`` lists (``None``: no ``In``), ``none_of``
+    the union of its ``NotIn`` lists; ``present`` is True when the label must exist, False
+    when it must be absent, ``None`` when either will do. ``above``/``below`` are the
+    tightest ``Gt``/``Lt`` bounds. ``empty`` marks a term that matches no node at all.
     """
+
+    empty: bool = False
+    one_of: frozenset[str] | None = None
+    none_of: frozenset[str] = frozenset()
+    present: bool | None = None
+    above: int | None = None
+    below: int | None = None
+    bad_bound: bool = False
+
+    def admits(self, value: LabelState) -> bool:
+        """Whether a node whose label is ``value`` satisfies every expression of the term."""
+        if self.empty or self.bad_bound:
+            return False
+        if value is None:
+            return self.present is not True and self.one_of is None and not self._bounded
+        if self.present is False or value in self.none_of:
+            return False
+        if self.one_of is not None and value not in self.one_of:
+            return False
+        return not self._bounded or self._within(value)
+
+    @property
+    def _bounded(self) -> bool:
+        return self.above is not None or self.below is not None
+
+    def _within(self, value: str) -> bool:
+        number = _integer(value)
+        if number is None:
+            return False
+        if self.above is not None and not number > self.above:
+            return False
+        return self.below is None or number < self.below
+
+
+def view(term: Any, key: str) -> TermView:
+    """Read one nodeSelectorTerm once; expressions on other keys never exclude a node."""
     if not isinstance(term, dict) or not (term.get("matchExpressions") or term.get("matchFields")):
-        return False
-    return all(expression_admits(e, key, value) for e in term.get("matchExpressions") or [])
+        return TermView(empty=True)
+    builder = _ViewBuilder()
+    exprs = term.get("matchExpressions")
+    for expr in exprs if isinstance(exprs, list) else []:
+        if isinstance(expr, dict) and expr.get("key") == key:
+            builder.add(expr)
+    return builder.build()
+
+
+class _ViewBuilder:
+    def __init__(self) -> None:
+        self.one_of: set[str] | None = None
+        self.none_of: set[str] = set()
+        self.present: bool | None = None
+        self.conflict = False
+        self.above: int | None = None
+        self.below: int | None = None
+        self.bad_bound = False
+
+    def add(self, expr: dict[str, Any]) -> None:
+        raw = expr.get("values")
+        values = [v for v in raw if isinstance(v, str)] if isinstance(raw, list) else []
+        op = expr.get("operator")
+        if op == "In":
+            self.one_of = set(values) if self.one_of is None else self.one_of & set(values)
+        elif op == "NotIn":
+            self.none_of.update(values)
+        elif op in ("Exists", "DoesNotExist"):
+            self._require_presence(op == "Exists")
+        elif op in ("Gt", "Lt"):
+            self._bound(op, raw)
+
+    def _require_presence(self, present: bool) -> None:
+        if self.present is not None and self.present is not present:
+            self.conflict = True
+        self.present = present
+
+    def _bound(self, op: str, raw: Any) -> None:
+        bound = _integer(raw[0]) if isinstance(raw, list) and len(raw) == 1 else None
+        if bound is None:
+            # Kubernetes wants exactly one integer; anything else matches no node.
+            self.bad_bound = True
+        elif op == "Gt":
+            self.above = bound if self.above is None else max(self.above, bound)
+        else:
+            self.below = bound if self.below is None else min(self.below, bound)
+
+    def build(self) -> TermView:
+        return TermView(
+            empty=self.conflict,
+            one_of=None if self.one_of is None else frozenset(self.one_of),
+            none_of=frozenset(self.none_of),
+            present=self.present,
+            above=self.above,
+            below=self.below,
+            bad_bound=self.bad_bound,
+        )
+
+
+# Longer digit strings are no label value (63 characters at most) and stay clear of
+# Python's limit on converting digit strings.
+_MAX_DIGITS = 64
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str) or len(value) > _MAX_DIGITS:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def required_terms(spec: dict[str, Any]) -> list[Any] | None:
     """The required nodeSelectorTerms (ORed), or None when the pod has none."""
-    required = "requiredDuringSchedulingIgnoredDuringExecution"
-    terms = mapping_at(spec, "affinity", "nodeAffinity", required).get("nodeSelectorTerms")
+    terms = mapping_at(spec, "affinity", "nodeAffinity", REQUIRED).get("nodeSelectorTerms")
     return terms if isinstance(terms, list) and terms else None
 
 
-def admits(spec: dict[str, Any], key: str, value: LabelState) -> bool:
-    """Whether the pod's nodeSelector and required node affinity allow such a node."""
+@dataclass(frozen=True)
+class NodeConstraints:
+    """A pod's nodeSelector and required node affinity, as they bear on one label key."""
+
+    key: str
+    selector: LabelState | None
+    has_selector: bool
+    terms: tuple[TermView, ...] | None
+    mentioned: frozenset[str]
+
+    def admits(self, value: LabelState) -> bool:
+        """Whether the pod may run on a node whose label is ``value``."""
+        if self.has_selector and self.selector != value:
+            return False
+        return self.terms is None or any(t.admits(value) for t in self.terms)
+
+    def admits_any(self, values: Iterable[LabelState]) -> bool:
+        return any(self.admits(v) for v in values)
+
+    def too_large(self) -> str | None:
+        """Why these constraints are beyond what the engine answers for, if they are."""
+        if self.terms is not None and len(self.terms) > MAX_TERMS:
+            return (
+                f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms has "
+                f"{len(self.terms):,} terms, more than the {MAX_TERMS:,} preemptguard checks: "
+                "merge them into fewer terms"
+            )
+        if len(self.mentioned) > MAX_LABEL_VALUES:
+            return (
+                f"the pod's node constraints name {len(self.mentioned):,} values of the label "
+                f"{self.key}, more than the {MAX_LABEL_VALUES} preemptguard checks (nodes carry "
+                "one of two): name only the values your nodes carry"
+            )
+        return None
+
+
+def read_constraints(spec: dict[str, Any], key: str) -> NodeConstraints:
+    """One pass over the pod's node constraints; ask ``too_large`` before anything else."""
     selector = spec.get("nodeSelector")
-    if isinstance(selector, dict) and key in selector and selector[key] != value:
-        return False
-    terms = required_terms(spec)
-    return terms is None or any(term_admits(t, key, value) for t in terms)
-
-
-def admits_any(spec: dict[str, Any], key: str, values: Iterable[LabelState]) -> bool:
-    return any(admits(spec, key, v) for v in values)
+    has_selector = isinstance(selector, dict) and key in selector
+    raw_terms = required_terms(spec)
+    terms = None if raw_terms is None else tuple(view(t, key) for t in raw_terms)
+    return NodeConstraints(
+        key=key,
+        selector=selector[key] if isinstance(selector, dict) and has_selector else None,
+        has_selector=has_selector,
+        terms=terms,
+        mentioned=frozenset(mentioned_values(spec, key)),
+    )
 
 
 def mentioned_values(spec: dict[str, Any], key: str) -> set[str]:
@@ -85,20 +220,21 @@ def mentioned_values(spec: dict[str, Any], key: str) -> set[str]:
         found.add(selector[key])
     for term in required_terms(spec) or []:
         exprs = term.get("matchExpressions") if isinstance(term, dict) else None
-        for expr in exprs or []:
+        for expr in exprs if isinstance(exprs, list) else []:
             if isinstance(expr, dict) and expr.get("key") == key:
-                found.update(str(v) for v in expr.get("values") or [] if isinstance(v, str | int))
-                found.update(_neighbours(expr))
+                found.update(_values_and_neighbours(expr))
     return found
 
 
-def _neighbours(expr: dict[str, Any]) -> set[str]:
-    """Integers either side of a Gt/Lt bound, which the bound admits."""
-    try:
-        bound = int((expr.get("values") or [])[0])
-    except (ValueError, IndexError, TypeError):
-        return set()
-    return {str(bound - 1), str(bound + 1)} if expr.get("operator") in ("Gt", "Lt") else set()
+def _values_and_neighbours(expr: dict[str, Any]) -> Sequence[str]:
+    """The values an expression names; for Gt/Lt, the integers either side of its bound."""
+    raw = expr.get("values")
+    values = [str(v) for v in raw if isinstance(v, str | int)] if isinstance(raw, list) else []
+    if expr.get("operator") in ("Gt", "Lt") and len(values) == 1:
+        bound = _integer(values[0])
+        if bound is not None:
+            return [*values, str(bound - 1), str(bound + 1)]
+    return values
 
 
 def tolerates(toleration: Any, taint: Taint) -> bool:

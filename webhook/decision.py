@@ -11,6 +11,14 @@ Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
 @dataclass(frozen=True)
+class Requester:
+    """Who sent the request, as the API server authenticated them (``request.userInfo``)."""
+
+    username: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Context:
     """Facts about the request that are not in the object itself."""
 
@@ -19,6 +27,9 @@ class Context:
     namespace_annotations: Mapping[str, str] = field(default_factory=dict)
     # On UPDATE, the object as it was: only a changed pod template is judged again.
     old_object: Obj | None = None
+    # None offline (check, explain, test): the answer is the one an ordinary user gets.
+    requester: Requester | None = None
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,3 +84,13 @@ class Decision:
 def shorten(value: str, limit: int = 63) -> str:
     """A user-supplied value cut for quoting in a message (63: the longest label value)."""
     return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+# No reason or warning is longer than this, however long the values quoted in it.
+MAX_MESSAGE_CHARS = 1024
+
+
+def bounded(message: str) -> str:
+    """``message`` cut to ``MAX_MESSAGE_CHARS``: the last guard after every quoted value has
+    already been shortened where it is quoted."""
+    return shorten(message, MAX_MESSAGE_CHARS)

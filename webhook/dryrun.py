@@ -8,7 +8,7 @@ from typing import Any
 from webhook.decision import Context, Decision
 from webhook.engine import evaluate
 from webhook.manifests import Document, InputError, Manifests
-from webhook.patch import Operation, make_patch
+from webhook.patch import PatchOp, make_patch
 from webhook.policy import Policy
 
 
@@ -18,7 +18,7 @@ class Result:
 
     document: Document
     decision: Decision
-    patch: list[Operation]
+    patch: list[PatchOp]
 
     def as_json(self) -> dict[str, Any]:
         d = self.decision

@@ -5,18 +5,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from webhook import hints
 from webhook.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
-from webhook.decision import Change, Classification, Context, Decision, Obj, shorten
+from webhook.decision import Change, Classification, Context, Decision, Obj, bounded, shorten
 from webhook.grace import GraceBudget, grace_budget
-from webhook.jsoncopy import json_copy
-from webhook.placement import Outcome, place
+from webhook.jsoncompare import same_json
+from webhook.placement import PREFERRED, REQUIRED, Outcome, place
 from webhook.podshape import shape_problem
 from webhook.policy import Mode, Policy
+from webhook.trust import exemption
 from webhook.workloads import (
-    MIRROR_ANNOTATION,
     WorkloadKind,
     controller_kind,
     display_name,
+    find_pod_templates,
     mapping_at,
     string_map,
     template_of,
@@ -34,6 +36,12 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     reason = _skip_reason(obj, kind, namespace, policy, ctx)
     if reason is not None or kind is None:
         return base.skipped(reason or "not a workload")
+    notes: list[str] = []
+    if kind.is_pod:
+        exempt = exemption(obj, ctx, policy.trusted)
+        if exempt.reason is not None:
+            return base.skipped(exempt.reason)
+        notes += exempt.warnings
     template = template_of(obj, kind)
     if template is None or not isinstance(template.get("spec"), dict):
         where = ".".join((*kind.template_path, "spec"))
@@ -44,7 +52,9 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     if problem is not None:
         return base.refused(policy, problem)
     facts = _facts(obj, template, kind, namespace, ctx)
-    verdict = _with_misplaced_annotation(classify(facts, policy), obj, kind)
+    notes += _hints(obj, template, kind, ctx)
+    verdict = classify(facts, policy)
+    verdict = dataclasses.replace(verdict, warnings=(*notes, *verdict.warnings))
     if verdict.classification.name is None or verdict.violations:
         return base.finish(policy, verdict, Outcome(violations=list(verdict.violations)), obj)
     mutated = copy_for_placement(obj, kind)
@@ -52,50 +62,84 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     return base.finish(policy, verdict, outcome, obj if outcome.violations else mutated)
 
 
+# The containers placement writes into: a mapping lists the keys to descend into, a one-item
+# list the shape of every item, an empty list or mapping a container copied on its own.
+_WRITTEN: dict[str, Any] = {
+    "metadata": {"annotations": {}},
+    "spec": {
+        "affinity": {
+            "nodeAffinity": {
+                REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": []}]},
+                PREFERRED: [],
+            }
+        },
+        "tolerations": [],
+    },
+}
+
+
 def copy_for_placement(obj: Obj, kind: WorkloadKind) -> Obj:
     """A copy of ``obj`` whose pod template can be changed without touching ``obj``.
 
-    The template's spec and metadata are copied deeply; the rest of the object, which the
-    engine never writes (managedFields above all), is shared with the original.
+    Only the containers placement writes into are copied, each shallowly; everything else
+    (managedFields, containers, every expression and toleration) is shared with the original.
+    So the copy costs what those containers hold, never the depth of the object, and the
+    patch that follows finds the changes by identity.
     """
     mutated = dict(obj)
     node = mutated
     for part in kind.template_path:
         node[part] = dict(node[part])
         node = node[part]
-    node["spec"] = json_copy(node["spec"])
-    meta = node.get("metadata")
-    if isinstance(meta, dict):
-        node["metadata"] = {k: v if k == "managedFields" else json_copy(v) for k, v in meta.items()}
+    for key, shape in _WRITTEN.items():
+        if key in node:
+            node[key] = _copied(node[key], shape)
     return mutated
+
+
+def _copied(value: Any, shape: Any) -> Any:
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return value
+        out = dict(value)
+        for key, inner in shape.items():
+            if key in out:
+                out[key] = _copied(out[key], inner)
+        return out
+    if not isinstance(value, list):
+        return value
+    return [_copied(v, shape[0]) for v in value] if shape else list(value)
 
 
 def _skip_reason(
     obj: Obj, kind: WorkloadKind | None, namespace: str | None, policy: Policy, ctx: Context
 ) -> str | None:
     if kind is None:
-        return f"kind {shorten(str(obj.get('kind')))!r} holds no pods"
+        return _not_a_workload(obj)
     if namespace in policy.excluded_namespaces:
-        return f"namespace {namespace} is excluded by the policy"
+        return f"namespace {shorten(namespace or '')} is excluded by the policy"
     if kind.kind == "DaemonSet":
         return "DaemonSets run one pod on every node, of both classes"
     if ctx.operation not in ("CREATE", "UPDATE"):
         return f"{ctx.operation} is not checked"
-    if kind.is_pod:
-        return _pod_skip_reason(obj, ctx)
-    if ctx.operation == "UPDATE":
+    if kind.is_pod and ctx.operation == "UPDATE":
+        return "pods are placed when created; the API server forbids changing placement later"
+    if not kind.is_pod and ctx.operation == "UPDATE":
         return _workload_update_skip_reason(obj, kind, ctx)
     return None
 
 
-def _pod_skip_reason(pod: Obj, ctx: Context) -> str | None:
-    if ctx.operation == "UPDATE":
-        return "pods are placed when created; the API server forbids changing placement later"
-    if MIRROR_ANNOTATION in string_map(mapping_at(pod, "metadata").get("annotations")):
-        return "mirror pods of static pods belong to their node"
-    if controller_kind(pod) == "DaemonSet":
-        return "DaemonSet pods run on every node, of both classes"
-    return None
+def _not_a_workload(obj: Obj) -> str:
+    raw = obj.get("kind")
+    kind = shorten(raw if isinstance(raw, str) else str(raw))
+    templates = find_pod_templates(obj)
+    if not templates:
+        return f"kind {kind!r} holds no pods"
+    where = ", ".join(templates)
+    return (
+        f"kind {kind!r} is not checked at apply time, but it carries pod templates "
+        f"({shorten(where, 200)}): its pods are checked by the webhook when they are created"
+    )
 
 
 def _workload_update_skip_reason(obj: Obj, kind: WorkloadKind, ctx: Context) -> str | None:
@@ -103,7 +147,9 @@ def _workload_update_skip_reason(obj: Obj, kind: WorkloadKind, ctx: Context) -> 
     # finalizers); refusing those would leave a workload admitted earlier stuck.
     if mapping_at(obj, "metadata").get("deletionTimestamp"):
         return "the object is being deleted"
-    if ctx.old_object is not None and template_of(obj, kind) == template_of(ctx.old_object, kind):
+    if ctx.old_object is not None and same_json(
+        template_of(obj, kind), template_of(ctx.old_object, kind)
+    ):
         return "the pod template did not change"
     return None
 
@@ -121,17 +167,36 @@ def _facts(
     )
 
 
-def _with_misplaced_annotation(verdict: Verdict, obj: Obj, kind: WorkloadKind) -> Verdict:
-    """Warn when the class annotation sits on the workload, where its pods never see it."""
-    own = string_map(mapping_at(obj, "metadata").get("annotations"))
-    if kind.is_pod or WORKLOAD_ANNOTATION not in own:
-        return verdict
-    where = ".".join((*kind.template_path, "metadata", "annotations"))
-    warning = (
-        f"{WORKLOAD_ANNOTATION} on the {kind.kind}'s own metadata does not reach its pods and "
-        f"is ignored: put it in {where}"
-    )
-    return dataclasses.replace(verdict, warnings=(*verdict.warnings, warning))
+def _hints(obj: Obj, template: Obj, kind: WorkloadKind, ctx: Context) -> list[str]:
+    """Warnings for annotations that are misspelt, written as labels, or out of reach."""
+    meta = mapping_at(template, "metadata")
+    where = "the pod" if kind.is_pod else "the pod template"
+    return [
+        *_misplaced_annotations(obj, kind),
+        *hints.pod_annotation_hints(mapping_at(meta, "annotations"), where),
+        *hints.pod_label_hints(mapping_at(meta, "labels"), where),
+        *hints.namespace_hints(ctx.namespace, ctx.namespace_annotations, ctx.namespace_labels),
+    ]
+
+
+def _misplaced_annotations(obj: Obj, kind: WorkloadKind) -> list[str]:
+    """The class annotation on metadata between a workload and its pod template (the
+    workload's own, a CronJob's job template): its pods never see it."""
+    found: list[str] = []
+    node: Any = obj
+    path: list[str] = []
+    for part in kind.template_path:
+        if WORKLOAD_ANNOTATION in mapping_at(node, "metadata", "annotations"):
+            here = ".".join([*path, "metadata"]) if path else f"the {kind.kind}'s own metadata"
+            found.append(here)
+        node = node.get(part) if isinstance(node, dict) else None
+        path.append(part)
+    target = ".".join((*kind.template_path, "metadata", "annotations"))
+    return [
+        f"{WORKLOAD_ANNOTATION} on {here} does not reach its pods and is ignored: "
+        f"put it in {target}"
+        for here in found
+    ]
 
 
 def _place(
@@ -186,7 +251,7 @@ class _Base:
             (),
             (),
             self.obj,
-            skipped=reason,
+            skipped=bounded(reason),
         )
 
     def refused(self, policy: Policy, violation: str) -> Decision:
@@ -194,7 +259,7 @@ class _Base:
         return self.finish(policy, verdict, Outcome(violations=[violation]), self.obj)
 
     def finish(self, policy: Policy, verdict: Verdict, outcome: Outcome, mutated: Obj) -> Decision:
-        violations = tuple(outcome.violations)
+        violations = tuple(bounded(v) for v in outcome.violations)
         warnings = [*verdict.warnings, *outcome.warnings]
         if violations and policy.mode is Mode.WARN:
             warnings += [f"would be refused in enforce mode: {v}" for v in violations]
@@ -207,7 +272,7 @@ class _Base:
             classification=verdict.classification,
             allowed=not violations or policy.mode is Mode.WARN,
             violations=violations,
-            warnings=tuple(warnings),
+            warnings=tuple(bounded(w) for w in warnings),
             changes=tuple(outcome.changes) if not violations else (),
             mutated=mutated,
         )

@@ -10,10 +10,11 @@ from typing import Any, TextIO
 
 import yaml
 
+from webhook import jsondoc
 from webhook.decision import Obj
 from webhook.podshape import describe
 from webhook.workloads import mapping_at, string_map
-from webhook.yamlnodes import alias_problem, problem_line, refuse_duplicate_keys
+from webhook.yamlnodes import alias_problem, bounded_int, problem_line, refuse_duplicate_keys
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
@@ -27,6 +28,13 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         refuse_duplicate_keys(node)
         mapping: dict[Any, Any] = super().construct_mapping(node, deep)
         return mapping
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", bounded_int)
+
+# What one input (a file, stdin) may hold: far more than any manifest set, and a stop for
+# an endless one (/dev/zero, a pipe that never closes) before it fills memory.
+MAX_INPUT_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -90,21 +98,52 @@ def _texts(
                 InputError(raw, None, f"no {', '.join(MANIFEST_SUFFIXES)} files in this folder")
             )
         for file in files:
-            try:
-                yield str(file), file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                errors.append(InputError(str(file), None, f"cannot read: {exc}"))
+            text = _read_file(file, errors)
+            if text is not None:
+                yield str(file), text
+
+
+def _read_file(path: Path, errors: list[InputError]) -> str | None:
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        errors.append(InputError(str(path), None, f"cannot read: {exc.strerror or exc}"))
+        return None
+    return _decoded(str(path), data, errors)
 
 
 def _read_stdin(stdin: TextIO, errors: list[InputError]) -> str | None:
+    binary = getattr(stdin, "buffer", None)
+    if binary is not None:
+        return _decoded("<stdin>", binary.read(MAX_INPUT_BYTES + 1), errors)
+    text = stdin.read(MAX_INPUT_BYTES + 1)
     try:
-        text = stdin.read()
         # Undecodable bytes arrive as surrogates when the locale is not UTF-8.
         text.encode("utf-8")
-    except (UnicodeDecodeError, UnicodeEncodeError):
+    except UnicodeEncodeError:
         errors.append(InputError("<stdin>", None, "cannot read: not UTF-8 text"))
         return None
-    return text
+    return _within_limit("<stdin>", text, len(text), errors)
+
+
+def _decoded(source: str, data: bytes, errors: list[InputError]) -> str | None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        errors.append(InputError(source, None, f"cannot read: not UTF-8 text (byte {exc.start})"))
+        return None
+    return _within_limit(source, text, len(data), errors)
+
+
+def _within_limit(source: str, text: str, size: int, errors: list[InputError]) -> str | None:
+    if size <= MAX_INPUT_BYTES:
+        return text
+    limit = f"{MAX_INPUT_BYTES // 2**20} MiB"
+    errors.append(
+        InputError(source, None, f"more than {limit}: not read; split it into smaller files")
+    )
+    return None
 
 
 def _folder_files(folder: Path) -> list[Path]:
@@ -140,14 +179,30 @@ def _parse(source: str, text: str, out: Manifests) -> None:
 
 def _parse_json(source: str, text: str, out: Manifests) -> None:
     try:
-        value = json.loads(text)
+        value = jsondoc.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         out.errors.append(InputError(source, exc.lineno, f"not valid JSON: {exc.msg}"))
         return
-    except RecursionError:
-        out.errors.append(InputError(source, None, "not usable JSON: nested too deeply"))
+    except ValueError as exc:  # a duplicate key, or an error in a deeply nested document
+        out.errors.append(InputError(source, None, f"not valid JSON: {exc}"))
         return
     _add(source, 1, value, out)
+
+
+class _DuplicateKey(ValueError):
+    """A key written twice in one JSON object; ``str()`` names it."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Refuse a key written twice, as for YAML: the second would silently win."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(f"duplicate key {key[:100]!r}")
+            seen.add(key)
+    return obj
 
 
 def _add(source: str, line: int, value: Any, out: Manifests, where: str = "") -> None:

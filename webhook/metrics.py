@@ -87,11 +87,17 @@ class Metrics:
         self.namespace_cache_synced = Gauge(
             "preemptguard_namespace_cache_synced",
             "1 while the namespace cache is listed and watched; 0 when no cluster is "
-            "configured or it is unreachable (namespace annotations are then not applied).",
+            "configured, or while it is unreachable (each review then reads its namespace).",
             registry=reg,
         )
         self.namespace_cache_namespaces = Gauge(
             "preemptguard_namespace_cache_namespaces", "Namespaces in the cache.", registry=reg
+        )
+        self.namespace_lookup_failures = Counter(
+            "preemptguard_namespace_lookup_failures",
+            "Reviews failed (HTTP 500) because their namespace was not cached and could not "
+            "be read from the API server.",
+            registry=reg,
         )
         self.namespace_watch_errors = Counter(
             "preemptguard_namespace_watch_errors",

@@ -1,8 +1,11 @@
 """Namespace annotations from the cluster, kept by list + watch instead of a request per admission.
 
-An admission must not wait on the API server that is waiting on it, so lookups only read the
-cache. Without a cluster (no ``KUBECONFIG``, not in a pod) or while it is unreachable, lookups
-return what the cache last knew (nothing, at first), and the state shows in logs and metrics.
+Lookups read the cache. A namespace the cache does not hold (created a moment ago, or not
+listed yet) is read from the API server directly, with a short timeout; when that fails too,
+the default class of its pods cannot be known, and the lookup says so (``NamespaceUnknown``)
+rather than guessing "no default": a guess could let a pod through unplaced. ``/readyz``
+waits for the first full list. Without a cluster (no ``KUBECONFIG``, not in a pod) there are
+no namespace defaults, by configuration, and the log says so.
 This is the only module that imports ``kubernetes``.
 """
 
@@ -15,12 +18,16 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from webhook.admit import NamespaceMeta, NamespaceUnknown
 from webhook.logs import get_logger
 from webhook.metrics import Metrics
+from webhook.review import clip
 
 # Servers end a watch after this long; a fresh watch from the last version follows.
 WATCH_SECONDS = 300
 CONNECT_TIMEOUT = 5.0
+# A direct read happens inside a review, which the API server waits for 3 s at most.
+LOOKUP_TIMEOUT = (0.5, 1.0)
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -42,11 +49,13 @@ class NamespaceCache:
     ) -> None:
         self._api_factory, self.metrics, self.source = api_factory, metrics, source
         self.backoff = backoff
-        self._annotations: dict[str, Mapping[str, str]] = {}
+        self._known: dict[str, NamespaceMeta] = {}
+        self._direct_api: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: Any = None
         self.synced = False
+        self._listed_once = False
         metrics.namespace_cache_synced.set(0)
 
     @classmethod
@@ -64,10 +73,46 @@ class NamespaceCache:
         return cls(None, metrics, source="none")
 
     def annotations(self, namespace: str | None) -> Mapping[str, str]:
-        """The namespace's annotations as last seen; empty when unknown."""
-        if namespace is None:
-            return EMPTY
-        return self._annotations.get(namespace, EMPTY)
+        """The namespace's annotations as the cache last saw them; empty when unknown."""
+        meta = self._known.get(namespace) if namespace is not None else None
+        return meta.annotations if meta is not None else EMPTY
+
+    def lookup(self, namespace: str) -> NamespaceMeta:
+        """The namespace's annotations and labels; raises ``NamespaceUnknown`` when they
+        cannot be known (not cached, and the API server cannot be read)."""
+        if self._api_factory is None:
+            return NamespaceMeta()
+        # While a broken watch is being re-established the cache may lag, as an informer's
+        # does; a namespace it has never seen is read directly.
+        meta = self._known.get(namespace)
+        return meta if meta is not None else self._read(namespace)
+
+    def not_ready(self) -> str | None:
+        """Why reviews cannot rely on namespace defaults yet, if they cannot.
+
+        Only until the first full list: a watch that breaks later is covered by direct reads,
+        and turning every replica unready at once would leave no webhook to answer.
+        """
+        if self._api_factory is None or self._listed_once:
+            return None
+        return "the namespace cache has not listed the namespaces yet"
+
+    def _read(self, namespace: str) -> NamespaceMeta:
+        try:
+            if self._direct_api is None:
+                self._direct_api = self._api_factory()  # type: ignore[misc]
+            ns = self._direct_api.read_namespace(namespace, _request_timeout=LOOKUP_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - every failure means the same: unknown
+            if getattr(exc, "status", None) == 404:
+                # Not there: the API server will refuse the object for it anyway.
+                return NamespaceMeta()
+            self.metrics.namespace_lookup_failures.inc()
+            raise NamespaceUnknown(
+                f"namespace {clip(namespace)} is not in preemptguard's cache and reading it "
+                f"from the API server failed ({clip(_one_line(exc), 200)}), so the default "
+                "class of its pods (together.ai/default-workload) cannot be known"
+            ) from None
+        return _meta(ns.metadata)
 
     def start(self) -> None:
         if self._api_factory is None:
@@ -106,9 +151,8 @@ class NamespaceCache:
 
     def _list(self, api: Any) -> str:
         listing = api.list_namespace(_request_timeout=(CONNECT_TIMEOUT, 60))
-        self._annotations = {
-            ns.metadata.name: _frozen(ns.metadata.annotations) for ns in listing.items
-        }
+        self._known = {ns.metadata.name: _meta(ns.metadata) for ns in listing.items}
+        self._listed_once = True
         self._set_synced(True)
         return str(listing.metadata.resource_version)
 
@@ -128,20 +172,18 @@ class NamespaceCache:
     def _apply(self, event: Mapping[str, Any]) -> str | None:
         meta = event["object"].metadata
         if event["type"] == "DELETED":
-            self._annotations.pop(meta.name, None)
+            self._known.pop(meta.name, None)
         elif event["type"] in ("ADDED", "MODIFIED"):
-            self._annotations[meta.name] = _frozen(meta.annotations)
-        self.metrics.namespace_cache_namespaces.set(len(self._annotations))
+            self._known[meta.name] = _meta(meta)
+        self.metrics.namespace_cache_namespaces.set(len(self._known))
         return str(meta.resource_version) if meta.resource_version else None
 
     def _set_synced(self, synced: bool) -> None:
         if synced and not self.synced:
-            log.info(
-                "namespace_cache_synced", namespaces=len(self._annotations), source=self.source
-            )
+            log.info("namespace_cache_synced", namespaces=len(self._known), source=self.source)
         self.synced = synced
         self.metrics.namespace_cache_synced.set(1 if synced else 0)
-        self.metrics.namespace_cache_namespaces.set(len(self._annotations))
+        self.metrics.namespace_cache_namespaces.set(len(self._known))
 
     def _unsynced(self, exc: Exception, delay: float) -> None:
         if self._stop.is_set():
@@ -153,12 +195,21 @@ class NamespaceCache:
             error=" ".join(str(exc).split())[:300],
             retry_in_s=delay,
             source=self.source,
-            effect="admissions use the namespace annotations last seen",
+            effect="each review reads its namespace from the API server until the cache relists",
         )
 
 
-def _frozen(annotations: Mapping[str, str] | None) -> Mapping[str, str]:
-    return MappingProxyType(dict(annotations or {}))
+def _meta(metadata: Any) -> NamespaceMeta:
+    return NamespaceMeta(_frozen(metadata.annotations), _frozen(metadata.labels))
+
+
+def _frozen(values: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(values or {}))
+
+
+def _one_line(exc: Exception) -> str:
+    reason = getattr(exc, "reason", None)
+    return " ".join(str(reason or exc).split())
 
 
 def _kubernetes(module: str) -> Any:

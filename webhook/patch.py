@@ -1,54 +1,135 @@
-"""JSON Patch by diffing the original object against its mutated copy (never written by hand)."""
+"""JSON Patch by diffing the original object against its mutated copy (never written by hand).
+
+The engine's copy shares every part it did not write with the original, so the diff descends
+only where the two differ by identity: its cost follows the size of what changed, not of the
+object, and its depth that of the changes. It runs on an explicit stack, so no object's depth
+can exhaust Python's recursion limit.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import jsonpatch
 from jsonpointer import JsonPointer
 
 from webhook.decision import Obj
 
-Operation = dict[str, Any]
+PatchOp = dict[str, Any]
 
 
-def make_patch(original: Obj, mutated: Obj) -> list[Operation]:
+def make_patch(original: Obj, mutated: Obj) -> list[PatchOp]:
     """RFC 6902 operations turning ``original`` into ``mutated``; ``[]`` when they are equal.
 
     Paths are RFC 6901 pointers: ``together.ai/compute-class`` reads ``together.ai~1compute-class``.
-    Equal subtrees are skipped before the diff: a pod's managedFields alone can outweigh the
-    rest of it, and comparing shared subtrees for equality costs next to nothing.
     """
-    return _diff(original, mutated, [])
+    ops: list[PatchOp] = []
+    stack: list[tuple[Any, Any, tuple[str, ...]]] = [(original, mutated, ())]
+    while stack:
+        before, after, parts = stack.pop()
+        if before is after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            pending = _dict_ops(before, after, parts, ops)
+        elif isinstance(before, list) and isinstance(after, list):
+            pending = _list_ops(before, after, parts, ops)
+        else:
+            if before != after or type(before) is not type(after):
+                ops.append({"op": "replace", "path": _pointer(parts), "value": after})
+            continue
+        # Reversed, so that children come off the stack in document order.
+        stack.extend(reversed(pending))
+    return ops
 
 
-def _diff(before: Any, after: Any, parts: list[str]) -> list[Operation]:
-    if before == after:
-        return []
-    if not (isinstance(before, dict) and isinstance(after, dict)):
-        return _library_diff(before, after, parts)
-    ops = [
-        op for key in before if key in after for op in _diff(before[key], after[key], [*parts, key])
-    ]
-    removed = {k: v for k, v in before.items() if k not in after}
-    added = {k: v for k, v in after.items() if k not in before}
-    return ops + _library_diff(removed, added, parts) if removed or added else ops
+Pending = list[tuple[Any, Any, tuple[str, ...]]]
 
 
-def _library_diff(before: Any, after: Any, parts: list[str]) -> list[Operation]:
-    prefix = JsonPointer.from_parts(parts).path
-    ops: list[Operation] = jsonpatch.make_patch(before, after).patch
-    return [_prefixed(op, prefix) for op in ops] if prefix else ops
+def _dict_ops(
+    before: dict[str, Any], after: dict[str, Any], parts: tuple[str, ...], ops: list[PatchOp]
+) -> Pending:
+    pending: Pending = []
+    for key, old in before.items():
+        if key not in after:
+            ops.append({"op": "remove", "path": _pointer((*parts, key))})
+        elif after[key] is not old:
+            pending.append((old, after[key], (*parts, key)))
+    for key, new in after.items():
+        if key not in before:
+            ops.append({"op": "add", "path": _pointer((*parts, key)), "value": new})
+    return pending
 
 
-def _prefixed(op: Operation, prefix: str) -> Operation:
-    out = dict(op, path=prefix + op["path"])
-    if "from" in op:
-        out["from"] = prefix + op["from"]
-    return out
+def _list_ops(
+    before: list[Any], after: list[Any], parts: tuple[str, ...], ops: list[PatchOp]
+) -> Pending:
+    pending: Pending = []
+    shared = min(len(before), len(after))
+    for i in range(shared):
+        if after[i] is not before[i]:
+            pending.append((before[i], after[i], (*parts, str(i))))
+    # Removed from the end backwards, so that each index is still valid when applied.
+    for i in range(len(before) - 1, shared - 1, -1):
+        ops.append({"op": "remove", "path": _pointer((*parts, str(i)))})
+    for i in range(shared, len(after)):
+        ops.append({"op": "add", "path": _pointer((*parts, str(i))), "value": after[i]})
+    return pending
 
 
-def apply_patch(original: Obj, ops: list[Operation]) -> Obj:
-    """``original`` with ``ops`` applied, as a new object."""
-    result: Obj = jsonpatch.apply_patch(original, ops, in_place=False)
-    return result
+def _pointer(parts: tuple[str, ...]) -> str:
+    return JsonPointer.from_parts(list(parts)).path
+
+
+def apply_patch(original: Obj, ops: list[PatchOp]) -> Obj:
+    """``original`` with ``ops`` (add, remove, replace) applied, as a new object sharing the
+    parts the operations do not touch; ``original`` is left as it was."""
+    root: Any = original
+    for op in ops:
+        root = _apply_one(root, op)
+    if not isinstance(root, dict):
+        raise TypeError("the patch replaces the object with something that is not an object")
+    return root
+
+
+def _apply_one(root: Any, op: PatchOp) -> Any:
+    kind = op.get("op")
+    if kind not in ("add", "remove", "replace"):
+        raise ValueError(f"unsupported patch operation {kind!r}")
+    parts = JsonPointer(op["path"]).parts
+    if not parts:
+        if kind == "remove":
+            raise ValueError("cannot remove the whole object")
+        return op["value"]
+    root = _copy(root)
+    parent = root
+    for part in parts[:-1]:
+        key = _index(parent, part)
+        parent[key] = _copy(parent[key])
+        parent = parent[key]
+    last = parts[-1]
+    if isinstance(parent, list):
+        index = len(parent) if last == "-" else int(last)
+        if kind == "add":
+            parent.insert(index, op["value"])
+        elif kind == "remove":
+            del parent[index]
+        else:
+            parent[index] = op["value"]
+    elif kind == "remove":
+        del parent[last]
+    else:
+        if kind == "replace" and last not in parent:
+            raise ValueError(f"cannot replace {op['path']}: it does not exist")
+        parent[last] = op["value"]
+    return root
+
+
+def _copy(node: Any) -> Any:
+    if isinstance(node, dict):
+        return dict(node)
+    if isinstance(node, list):
+        return list(node)
+    raise ValueError("a patch path goes through a value that is not an object or a list")
+
+
+def _index(parent: Any, part: str) -> Any:
+    return int(part) if isinstance(parent, list) else part

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import constraints
-from webhook.constraints import LabelState
-from webhook.decision import Change
+from webhook.constraints import LabelState, NodeConstraints, TermView
+from webhook.decision import Change, shorten
 from webhook.grace import GraceBudget, adjust_grace, grace_violation
 from webhook.policy import Placement, Policy, WorkloadClass
 
@@ -33,56 +33,62 @@ def place(
 ) -> Outcome:
     """Check, then (when nothing is refused) apply ``wclass``'s placement to ``pod``."""
     spec: dict[str, Any] = pod["spec"]
-    out = Outcome(violations=_refusals(spec, wclass, policy))
+    node = constraints.read_constraints(spec, policy.node_label.key)
+    too_large = node.too_large()
+    if too_large is not None:
+        return Outcome(violations=[too_large])
+    out = Outcome(violations=_refusals(spec, node, wclass, policy))
     if wclass.placement.may_be_preempted:
         bad_grace = grace_violation(spec)
         out.violations += budget.violations + ([bad_grace] if bad_grace else [])
     if out.violations:
         return out
     if wclass.placement is Placement.PREEMPTIBLE:
-        _require(spec, policy, wclass, "In", out)
+        _require(spec, node, policy, wclass, "In", out)
     elif wclass.placement is Placement.PREFER_PREEMPTIBLE:
         _prefer(spec, policy, wclass, out)
     else:
-        _require(spec, policy, wclass, "NotIn", out)
+        _require(spec, node, policy, wclass, "NotIn", out)
     if wclass.placement.may_be_preempted:
         _tolerate(spec, policy, wclass, out)
         adjust_grace(spec, budget, out.changes, out.warnings)
     return out
 
 
-def _refusals(spec: dict[str, Any], wclass: WorkloadClass, policy: Policy) -> list[str]:
+def _refusals(
+    spec: dict[str, Any], node: NodeConstraints, wclass: WorkloadClass, policy: Policy
+) -> list[str]:
     label = policy.node_label
     where = f"{label.key}={label.preemptible}"
     if wclass.placement is Placement.PREEMPTIBLE:
-        if not constraints.admits(spec, label.key, label.preemptible):
+        if not node.admits(label.preemptible):
             return [
                 f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
                 f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that "
                 f"constraint, or use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
             ]
-    elif wclass.placement is Placement.STANDARD:
-        others = _non_preemptible_states(spec, policy)
-        if not constraints.admits_any(spec, label.key, others):
-            return [
-                f"class {wclass.name} must run on standard nodes, but the pod requires preemptible "
-                f"capacity through its {_constraint_names(spec, label.key)}: remove that "
-                f"requirement ({wclass.name} pods are kept off {where} nodes), or use class "
-                f"{_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
-            ]
+    elif wclass.placement is Placement.STANDARD and not node.admits_any(
+        _non_preemptible_states(node, policy)
+    ):
+        return [
+            f"class {wclass.name} must run on standard nodes, but the pod requires preemptible "
+            f"capacity through its {_constraint_names(spec, label.key)}: remove that "
+            f"requirement ({wclass.name} pods are kept off {where} nodes), or use class "
+            f"{_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
+        ]
     return []
 
 
-def _non_preemptible_states(spec: dict[str, Any], policy: Policy) -> list[LabelState]:
+def _non_preemptible_states(node: NodeConstraints, policy: Policy) -> list[LabelState]:
     label = policy.node_label
-    values = constraints.mentioned_values(spec, label.key) | {label.standard}
+    values = node.mentioned | {label.standard}
     return [None, *sorted(values - {label.preemptible})]
 
 
 def _constraint_names(spec: dict[str, Any], key: str) -> str:
     selector = spec.get("nodeSelector")
     if isinstance(selector, dict) and key in selector:
-        return f"nodeSelector {key}={selector[key]}"
+        return f"nodeSelector {key}={shorten(str(selector[key]))}"
     return "required node affinity terms"
 
 
@@ -92,7 +98,12 @@ def _classes_except(policy: Policy, placement: Placement) -> str:
 
 
 def _require(
-    spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, op: str, out: Outcome
+    spec: dict[str, Any],
+    node: NodeConstraints,
+    policy: Policy,
+    wclass: WorkloadClass,
+    op: str,
+    out: Outcome,
 ) -> None:
     """AND ``key op [preemptible]`` into every required term.
 
@@ -106,9 +117,11 @@ def _require(
         affinity[REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
         out.changes.append(Change(AFFINITY_PATH, _require_reason(wclass, expr)))
         return
-    states = [None, label.standard, *sorted(constraints.mentioned_values(spec, label.key))]
+    states = [None, label.standard, *sorted(node.mentioned)]
+    excluded = _excluded_by(expr, label.key, states)
+    views = node.terms or ()
     for i, term in enumerate(terms):
-        if not isinstance(term, dict) or _already_narrower(term, expr, label.key, states):
+        if not isinstance(term, dict) or _already_narrower(views[i], excluded):
             continue
         exprs = term.get("matchExpressions")
         if not isinstance(exprs, list):  # null beside matchFields
@@ -119,16 +132,16 @@ def _require(
         )
 
 
-def _already_narrower(
-    term: dict[str, Any], expr: dict[str, Any], key: str, states: list[LabelState]
-) -> bool:
-    """True when the term already excludes every node ``expr`` would exclude."""
+def _excluded_by(expr: dict[str, Any], key: str, states: list[LabelState]) -> list[LabelState]:
+    """The label states (those named, and one standing for the rest) ``expr`` excludes."""
+    ours = constraints.view({"matchExpressions": [expr]}, key)
     candidates = {*states, *expr["values"], constraints.UNNAMED_VALUE}
-    return all(
-        not constraints.term_admits(term, key, s)
-        for s in candidates
-        if not constraints.expression_admits(expr, key, s)
-    )
+    return [s for s in candidates if not ours.admits(s)]
+
+
+def _already_narrower(term: TermView, excluded: list[LabelState]) -> bool:
+    """True when the term already excludes every node our expression would exclude."""
+    return all(not term.admits(s) for s in excluded)
 
 
 def _require_reason(wclass: WorkloadClass, expr: dict[str, Any]) -> str:

@@ -94,6 +94,31 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class TrustedRequesters:
+    """Who may create the pods the engine leaves alone: only the request says who that is.
+
+    Object fields (``ownerReferences``, the mirror-pod annotation) are written by whoever
+    creates the pod; they count only when the requester is the component that makes such
+    pods. Distributions name their controllers differently, so these are policy settings.
+    """
+
+    daemonset_controllers: tuple[str, ...] = (
+        "system:serviceaccount:kube-system:daemon-set-controller",
+        "system:kube-controller-manager",
+    )
+    node_group: str = "system:nodes"
+    node_username_prefix: str = "system:node:"
+
+
+# Class names the output uses as words of its own (a missing class, a skipped object, YAML's
+# null and booleans): a class called so would read as something else.
+RESERVED_CLASS_NAMES = frozenset(
+    {"none", "null", "nil", "unclassified", "unknown", "skipped", "untouched", "excluded"}
+    | {"true", "false", "yes", "no", "on", "off", "y", "n"}
+)
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str
     mode: Mode = Mode.ENFORCE
@@ -106,6 +131,7 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     excluded_namespaces: tuple[str, ...] = ("kube-system", "kube-node-lease")
     default_class: str | None = None
+    trusted: TrustedRequesters = field(default_factory=TrustedRequesters)
 
     def class_names(self) -> str:
         """The valid class names, for messages."""

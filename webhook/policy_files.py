@@ -21,6 +21,7 @@ from webhook.policy import (
     Policy,
     Rule,
     Taint,
+    TrustedRequesters,
     WorkloadClass,
 )
 from webhook.yamlnodes import Located, compose_documents, problem_line
@@ -126,6 +127,17 @@ def _build(doc: Located, source: str) -> Policy:
             spec.get("excludedNamespaces", ("kube-system", "kube-node-lease"))
         ),
         default_class=default,
+        trusted=_trusted(spec.get("trustedRequesters", {})),
+    )
+
+
+def _trusted(raw: Mapping[str, Any]) -> TrustedRequesters:
+    default = TrustedRequesters()
+    nodes = raw.get("nodes", {})
+    return TrustedRequesters(
+        daemonset_controllers=tuple(raw.get("daemonSetControllers", default.daemonset_controllers)),
+        node_group=nodes.get("group", default.node_group),
+        node_username_prefix=nodes.get("usernamePrefix", default.node_username_prefix),
     )
 
 
@@ -166,8 +178,15 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         return f"{error.message}; allowed fields: {allowed}"
     if error.validator == "pattern":
         return f"{error.instance!r} is not a valid name here (must match {error.validator_value})"
+    if error.validator == "not" and isinstance(error.instance, str):
+        return (
+            f"{error.instance!r} is a word preemptguard's output uses for itself (no class, "
+            "a skipped object, YAML's null and booleans): choose another class name"
+        )
     if error.validator == "oneOf" and error.context:
-        return min(error.context, key=lambda e: len(e.message)).message
+        # The branch that failed on something other than the value's type says what is wrong.
+        specific = [e for e in error.context if e.validator != "type"] or list(error.context)
+        return _schema_message(min(specific, key=lambda e: len(e.message)))
     return error.message
 
 

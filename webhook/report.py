@@ -46,14 +46,14 @@ def render_json(results: Sequence[Result], *, input_errors: Sequence[str] = ()) 
     return json.dumps(doc, indent=2)
 
 
-def render_text(results: Sequence[Result]) -> str:
+def render_text(results: Sequence[Result], *, input_errors: int = 0) -> str:
     lines: list[str] = []
     for r in results:
         lines.append(_headline(r))
         lines += [f"    refused: {v}" for v in r.decision.violations if not r.decision.allowed]
         lines += [f"    warning: {w}" for w in r.decision.warnings]
         lines += [f"    patch: {_op(op)}" for op in r.patch]
-    lines.append(_summary_line(summary(results)))
+    lines.append(_summary_line(summary(results, input_errors=input_errors)))
     return "\n".join(lines)
 
 
@@ -118,6 +118,12 @@ def _summary_line(s: dict[str, int]) -> str:
         + (
             f", {s['wouldBeRefused']} would be refused in enforce mode"
             if s["wouldBeRefused"]
+            else ""
+        )
+        + (
+            f"; {s['inputErrors']} input error{'s' if s['inputErrors'] != 1 else ''} "
+            "(see above): nothing was checked there"
+            if s["inputErrors"]
             else ""
         )
     )

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast, get_args
 
-from webhook.decision import Obj, Operation, shorten
+from webhook import jsondoc
+from webhook.decision import Obj, Operation, Requester, shorten
 
 API_VERSION = "admission.k8s.io/v1"
 # v1beta1 has the same fields; an API server configured with it must get v1beta1 back.
@@ -72,6 +74,7 @@ class Request:
     name: str
     sub_resource: str | None
     user: str
+    groups: tuple[str, ...]
     dry_run: bool
     object: Obj | None
     old_object: Obj | None
@@ -80,13 +83,15 @@ class Request:
     def is_pod(self) -> bool:
         return self.group == "" and self.kind == "Pod"
 
+    @property
+    def requester(self) -> Requester:
+        return Requester(self.user, self.groups)
+
 
 def loads(body: bytes) -> object:
-    """The JSON document in ``body``."""
+    """The JSON document in ``body``, however deeply nested (see ``jsondoc``)."""
     try:
-        return cast(object, json.loads(body))
-    except RecursionError:
-        raise BadReview("body is not usable JSON: nested too deeply") from None
+        return cast(object, jsondoc.loads(body))
     except ValueError as exc:
         raise BadReview(f"body is not JSON: {_one_line(exc)}") from None
 
@@ -132,10 +137,38 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
         name=_text(raw, "name", "request") or _display_name(obj or old or {}),
         sub_resource=_text(raw, "subResource", "request") or None,
         user=_text(_mapping(raw, "userInfo"), "username", "request.userInfo"),
+        groups=_texts(_mapping(raw, "userInfo"), "groups", "request.userInfo"),
         dry_run=_flag(raw, "dryRun"),
         object=obj,
         old_object=old,
     )
+
+
+# How the API server writes a review: kind, apiVersion, then the request, whose first field is
+# its uid. Read this way only to refuse a review that cannot be checked in time, before the
+# cost of reading all of it; anything else about the request comes from ``parse_review``.
+_ENVELOPE = re.compile(
+    rb'\A\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*'
+    rb'"(admission\.k8s\.io/v1(?:beta1)?)"\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([-\w.:]{1,128})"'
+)
+
+
+def envelope(body: bytes) -> tuple[str, str] | None:
+    """``(apiVersion, uid)`` read off the start of a review as the API server writes it."""
+    match = _ENVELOPE.match(body)
+    if match is None:
+        return None
+    return match.group(1).decode(), match.group(2).decode()
+
+
+def refused_unread(api_version: str, uid: str, message: str, code: int) -> AdmissionReview:
+    """Refuse a review read no further than its ``envelope``."""
+    status: Status = {"code": code, "reason": "TooManyRequests", "message": message}
+    return {
+        "apiVersion": api_version,
+        "kind": REVIEW_KIND,
+        "response": {"uid": uid, "allowed": False, "status": status},
+    }
 
 
 def allowed(
@@ -238,6 +271,15 @@ def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str):
         raise BadReview(f"{where}.{key} is a JSON {_json_type(value)}, not a string")
     return value
+
+
+def _texts(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = raw.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadReview(f"{where}.{key} is not a list of strings")
+    return tuple(value)
 
 
 def _flag(raw: Mapping[str, Any], key: str) -> bool:

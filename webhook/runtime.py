@@ -43,14 +43,16 @@ class Runtime:
         self.metrics_server: MetricsServer | None = None
         self.app = create_app(
             self.policies.current,
-            self.namespaces.annotations,
+            self.namespaces.lookup,
             evaluate=evaluate,
             metrics=self.metrics,
             readiness=self.readiness,
         )
 
     def readiness(self) -> str | None:
-        return "shutting down" if self.stopping.is_set() else None
+        if self.stopping.is_set():
+            return "shutting down"
+        return self.namespaces.not_ready()
 
     def hooks(self) -> Hooks:
         return Hooks(started=self.start, stopping=self.stopping.set, exited=self.close)

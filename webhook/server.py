@@ -8,22 +8,26 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from flask import Flask, Response, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
-from webhook import engine
+from webhook import engine, review
 from webhook.admit import (
     Admission,
     Evaluator,
     Hook,
+    NamespaceLookup,
+    NamespaceUnknown,
     Outcome,
     admit,
     internal_error,
+    no_namespaces,
     unavailable,
 )
+from webhook.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
 from webhook.logs import get_logger
 from webhook.metrics import Metrics
 from webhook.policy import Policy
@@ -35,15 +39,9 @@ from webhook.review import BadReview, Request, clip, loads, parse_review
 MAX_BODY_BYTES = 7 * 1024 * 1024
 
 PolicySource = Callable[[], Policy | None]
-AnnotationLookup = Callable[[str | None], Mapping[str, str]]
 ReadinessCheck = Callable[[], str | None]
 
 log = get_logger("webhook.server")
-
-
-def no_annotations(namespace: str | None) -> Mapping[str, str]:
-    """The namespace lookup when no cluster is configured."""
-    return {}
 
 
 def always_ready() -> str | None:
@@ -52,17 +50,23 @@ def always_ready() -> str | None:
 
 def create_app(
     policy: PolicySource,
-    namespace_annotations: AnnotationLookup = no_annotations,
+    namespaces: NamespaceLookup = no_namespaces,
     *,
     evaluate: Evaluator = engine.evaluate,
     metrics: Metrics | None = None,
     readiness: ReadinessCheck = always_ready,
     max_body_bytes: int = MAX_BODY_BYTES,
+    gate: LargeReviewGate | None = None,
 ) -> Flask:
     """The WSGI app; ``readiness`` returns why the server is not ready, or ``None``."""
     app = Flask("webhook")
     handler = _Handler(
-        policy, namespace_annotations, evaluate, metrics or Metrics(), max_body_bytes
+        policy,
+        namespaces,
+        evaluate,
+        metrics or Metrics(),
+        max_body_bytes,
+        gate or LargeReviewGate(),
     )
     app.add_url_rule("/mutate", "mutate", lambda: handler.handle(Hook.MUTATE), methods=["POST"])
     app.add_url_rule(
@@ -79,30 +83,84 @@ class _Handler:
     def __init__(
         self,
         policy: PolicySource,
-        namespace_annotations: AnnotationLookup,
+        namespaces: NamespaceLookup,
         evaluate: Evaluator,
         metrics: Metrics,
         max_body_bytes: int,
+        gate: LargeReviewGate,
     ) -> None:
-        self.policy, self.namespace_annotations = policy, namespace_annotations
+        self.policy, self.namespaces = policy, namespaces
         self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
+        self.gate = gate
 
     def handle(self, hook: Hook) -> Response:
         started = time.perf_counter()
+        deadline = Deadline.after(timeout_seconds(request.args.get("timeout")), time.monotonic())
         try:
-            req = parse_review(loads(self._body()))
+            body = self._body()
         except BadReview as exc:
-            self.metrics.bad_requests.labels(hook=hook.value).inc()
-            log.warning("bad_request", hook=hook.value, reason=str(exc), path=clip(request.path))
-            return _text(400, str(exc))
+            return self._bad_request(hook, exc)
+        large = len(body) > LARGE_BODY_BYTES
+        if large and not self.gate.enter(len(body), deadline):
+            return self._busy(hook, body, started)
+        try:
+            return self._review(hook, body, started)
+        finally:
+            if large:
+                self.gate.leave()
+
+    def _review(self, hook: Hook, body: bytes, started: float) -> Response:
+        try:
+            req = parse_review(loads(body))
+        except BadReview as exc:
+            return self._bad_request(hook, exc)
         try:
             admission = self._admit(hook, req)
+        except NamespaceUnknown as exc:
+            return self._failed(hook, req, time.perf_counter() - started, str(exc))
         except Exception:  # noqa: BLE001 - logged with its traceback by _failed()
             return self._failed(hook, req, time.perf_counter() - started)
         seconds = time.perf_counter() - started
         self._record(hook, req, admission, seconds)
-        body = json.dumps(admission.review, separators=(",", ":"))
-        return Response(body, 200, mimetype="application/json")
+        return _json(admission.review)
+
+    def _bad_request(self, hook: Hook, exc: BadReview) -> Response:
+        self.metrics.bad_requests.labels(hook=hook.value).inc()
+        log.warning("bad_request", hook=hook.value, reason=str(exc), path=clip(request.path))
+        response = _text(400, str(exc))
+        # A body left unread (refused on its headers, or cut off) would be read as the next
+        # request on a kept-alive connection; close it instead.
+        response.headers["Connection"] = "close"
+        return response
+
+    def _busy(self, hook: Hook, body: bytes, started: float) -> Response:
+        """Refuse a large review that cannot be checked before the API server's deadline."""
+        message = (
+            f"preemptguard is checking other large objects and cannot check this one "
+            f"({len(body) // 1024:,} KiB) before the webhook times out: retry; objects this "
+            f"large are rare, and more than a few at once are refused"
+        )
+        seconds = time.perf_counter() - started
+        self._count(hook, Outcome.BUSY, None, seconds)
+        found = review.envelope(body)
+        if found is None:
+            try:
+                req = parse_review(loads(body))
+            except BadReview as exc:
+                return self._bad_request(hook, exc)
+            found = (req.api_version, req.uid)
+        api_version, uid = found
+        log.warning(
+            "admission",
+            uid=clip(uid),
+            hook=hook.value,
+            outcome=Outcome.BUSY.value,
+            allowed=False,
+            body_bytes=len(body),
+            detail=message,
+            duration_ms=round(seconds * 1000, 3),
+        )
+        return _json(review.refused_unread(api_version, uid, message, 429))
 
     def _body(self) -> bytes:
         if request.mimetype != "application/json":
@@ -132,14 +190,23 @@ class _Handler:
         policy = self.policy()
         if policy is None:
             return unavailable(req, "preemptguard has no policy loaded yet; retry shortly")
-        annotations = self.namespace_annotations(req.namespace)
-        return admit(hook, req, policy, annotations, self.evaluate)
+        return admit(hook, req, policy, self.namespaces, self.evaluate)
 
-    def _failed(self, hook: Hook, req: Request, seconds: float) -> Response:
-        """An HTTP 500, so that the API server applies the webhook's failurePolicy."""
+    def _failed(
+        self, hook: Hook, req: Request, seconds: float, known: str | None = None
+    ) -> Response:
+        """An HTTP 500, so that the API server applies the webhook's failurePolicy.
+
+        ``known`` is a failure that is understood (the namespace cannot be read): logged
+        without a traceback, and its reason is the answer.
+        """
         self._count(hook, Outcome.ERROR, None, seconds)
-        log.exception("admission_failed", **_request_fields(hook, req, seconds))
-        return _text(500, internal_error(req))
+        fields = _request_fields(hook, req, seconds)
+        if known is None:
+            log.exception("admission_failed", **fields)
+            return _text(500, internal_error(req))
+        log.error("admission_failed", **fields, error=known)
+        return _text(500, f"cannot check {clip(req.kind)} {clip(req.name)}: {known}")
 
     def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
         decision = admission.decision
@@ -204,6 +271,10 @@ def _http_error(exc: HTTPException) -> Response:
 def _unexpected(exc: Exception) -> Response:
     log.exception("request_failed", path=clip(request.path))
     return _text(500, "internal error; see the preemptguard log")
+
+
+def _json(doc: object) -> Response:
+    return Response(json.dumps(doc, separators=(",", ":")), 200, mimetype="application/json")
 
 
 def _text(status: int, line: str) -> Response:

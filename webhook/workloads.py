@@ -65,14 +65,66 @@ def string_map(raw: Any) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def controller_kind(pod: Obj) -> str | None:
-    """Kind of the pod's controlling owner reference, if any."""
+@dataclass(frozen=True)
+class Owner:
+    """A pod's controlling owner reference, as the pod states it (a claim, not a proof)."""
+
+    api_version: str
+    kind: str
+
+
+def controller_owner(pod: Obj) -> Owner | None:
+    """The pod's controlling owner reference, if any."""
     refs = mapping_at(pod, "metadata").get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
         if isinstance(ref, dict) and ref.get("controller") is True:
-            kind = ref.get("kind")
-            return kind if isinstance(kind, str) else None
+            kind, api_version = ref.get("kind"), ref.get("apiVersion")
+            if not isinstance(kind, str):
+                return None
+            return Owner(api_version if isinstance(api_version, str) else "", kind)
     return None
+
+
+def controller_kind(pod: Obj) -> str | None:
+    """Kind of the pod's controlling owner reference, if any."""
+    owner = controller_owner(pod)
+    return owner.kind if owner is not None else None
+
+
+# How far into an object of an unknown kind, and through how many of its containers, the
+# search for pod templates goes: far enough for every operator's CRD, bounded for any object.
+TEMPLATE_SEARCH_DEPTH = 12
+TEMPLATE_SEARCH_NODES = 20_000
+MAX_TEMPLATES_NAMED = 5
+
+
+def find_pod_templates(obj: Obj) -> list[str]:
+    """Paths of the pod templates (a mapping whose ``spec.containers`` is a list) in ``obj``."""
+    found: list[str] = []
+    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    visited = 0
+    while stack and visited < TEMPLATE_SEARCH_NODES and len(found) < MAX_TEMPLATES_NAMED:
+        node, path, depth = stack.pop()
+        visited += 1
+        if path and isinstance(mapping_at(node, "spec").get("containers"), list):
+            found.append(path)
+            continue
+        if depth >= TEMPLATE_SEARCH_DEPTH:
+            continue
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        children = [
+            (value, _child_path(path, key), depth + 1)
+            for key, value in items
+            if isinstance(value, dict | list)
+        ]
+        stack.extend(reversed(children))
+    return found
+
+
+def _child_path(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
 
 
 def display_name(obj: Obj) -> str:

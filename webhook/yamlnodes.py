@@ -28,9 +28,26 @@ class Located:
         return 1
 
 
+def bounded_int(loader: Any, node: yaml.ScalarNode) -> Any:
+    """YAML's int constructor, refusing (with the line) what Python will not convert: digit
+    strings over its 4,300-digit limit."""
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        problem = f"the number {node.value[:20]}... has too many digits for any Kubernetes field"
+        raise ConstructorError(None, None, problem, node.start_mark) from None
+
+
+class PolicyLoader(yaml.SafeLoader):
+    """The safe loader with ``bounded_int``."""
+
+
+PolicyLoader.add_constructor("tag:yaml.org,2002:int", bounded_int)
+
+
 def compose_documents(text: str) -> list[Located]:
     """Every document of a YAML stream with line numbers; raises ``yaml.YAMLError``."""
-    loader = yaml.SafeLoader(text)
+    loader = PolicyLoader(text)
     try:
         docs = []
         while loader.check_node():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 
 from tests.server.helpers import WARN_POLICY, fixture, with_object
 from webhook import logs
+from webhook.admit import NamespaceMeta
 from webhook.decision import Context, Decision, Obj
 from webhook.metrics import Metrics
 from webhook.policy import Policy
@@ -97,9 +98,9 @@ def test_readiness_reports_the_problem() -> None:
 def test_namespace_annotations_reach_the_engine() -> None:
     seen: list[str | None] = []
 
-    def lookup(namespace: str | None) -> Mapping[str, str]:
+    def lookup(namespace: str) -> NamespaceMeta:
         seen.append(namespace)
-        return {"together.ai/default-workload": "interruptible"}
+        return NamespaceMeta({"together.ai/default-workload": "interruptible"})
 
     pod = copy.deepcopy(SWEEP["request"]["object"])
     del pod["metadata"]["annotations"]

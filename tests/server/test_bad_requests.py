@@ -43,7 +43,13 @@ CASES: list[tuple[str, bytes | dict[str, Any], str, str]] = [
         "application/json",
         "not an AdmissionReview: the body is a JSON array",
     ),
-    ("nested too deep", b"[" * 100_000, "application/json", "nested too deeply"),
+    ("deep and unterminated", b"[" * 100_000, "application/json", "body is not JSON"),
+    (
+        "deep but not a review",
+        b"[" * 10_000 + b"]" * 10_000,
+        "application/json",
+        "not an AdmissionReview: the body is a JSON array",
+    ),
     ("wrong kind", replaced(("kind",), "Pod"), "application/json", "not an AdmissionReview"),
     (
         "wrong apiVersion",

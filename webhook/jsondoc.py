@@ -1,0 +1,107 @@
+"""JSON documents of any depth and any number size, read without recursion limits or tracebacks.
+
+Python's decoder recurses in C and gives up about 1,000 levels down, and refuses integers of
+more than 4,300 digits; the API server accepts 10,000 levels (in ``metadata.managedFields``
+or a custom resource's free-form fields) and keeps such numbers where a field is free-form.
+The engine reads no field that deep or that large. So a document the decoder refuses is read
+again with those values left unread: each value nested deeper than ``MAX_DEPTH`` becomes the
+string ``UNREAD_DEEP``, each overlong integer the string ``UNREAD_NUMBER``. Everything the
+engine reads is as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+# Far deeper than any field the engine reads (a pod template inside a custom resource is some
+# 20 levels down), shallow enough that whatever walks the result stays clear of Python's limit.
+MAX_DEPTH = 200
+UNREAD_DEEP = f"<not read: nested deeper than {MAX_DEPTH} levels>"
+UNREAD_NUMBER = "<not read: a number of more than 4300 digits>"
+# Python's own limit on converting digit strings (sys.get_int_max_str_digits()).
+MAX_INT_DIGITS = 4300
+
+PairsHook = Callable[[list[tuple[str, Any]]], Any]
+
+
+def _scanner(nesting: int) -> re.Pattern[bytes]:
+    """A pattern that skips strings, anything but brackets, and whole containers nested up to
+    ``nesting`` levels, then captures the next bracket.
+
+    The regex engine does the skipping in C, so the loop below turns once per bracket it
+    captures: a body made of small containers costs a handful of turns, not one per bracket.
+    Atomic groups and possessive repeats keep the engine from backtracking.
+    """
+    string = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+    level = rb"(?>" + string + rb'|[^"\[\]{}])'
+    for _ in range(nesting):
+        container = rb"(?>\{" + level + rb"*+\}|\[" + level + rb"*+\])"
+        level = rb"(?>" + string + rb'|[^"\[\]{}]|' + container + rb")"
+    return re.compile(level + rb"*+([\[\]{}])")
+
+
+# Containers skipped whole by the fast scanner; it runs only where skipping that deep cannot
+# pass the depth at which values are cut.
+_SKIPPED_NESTING = 8
+_FAST = _scanner(_SKIPPED_NESTING)
+_EXACT = _scanner(0)
+
+
+def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> Any:
+    """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON."""
+    try:
+        return json.loads(data, object_pairs_hook=object_pairs_hook)
+    except RecursionError:
+        pass
+    except ValueError as exc:
+        if "digits" not in str(exc):
+            raise
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    try:
+        return json.loads(
+            cut_deep_values(raw), parse_int=_bounded_int, object_pairs_hook=object_pairs_hook
+        )
+    except json.JSONDecodeError as exc:
+        # Positions in the shortened text mean nothing in the original.
+        raise ValueError(
+            f"{exc.msg} (in a document nested deeper than {MAX_DEPTH} levels)"
+        ) from None
+
+
+def _bounded_int(text: str) -> int | str:
+    return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else UNREAD_NUMBER
+
+
+def cut_deep_values(data: bytes, max_depth: int = MAX_DEPTH) -> bytes:
+    """``data`` with every value nested deeper than ``max_depth`` replaced by ``UNREAD_DEEP``.
+
+    Brackets inside strings do not count. Text that is not JSON stays not JSON: the decoder
+    that reads the result reports it.
+    """
+    marker = json.dumps(UNREAD_DEEP).encode()
+    pieces: list[bytes] = []
+    depth, cut_from, kept_until, pos = 0, -1, 0, 0
+    while True:
+        scanner = _FAST if depth + _SKIPPED_NESTING <= max_depth else _EXACT
+        match = scanner.match(data, pos)
+        if match is None:
+            break
+        at = match.start(1)
+        pos = at + 1
+        if data[at] in b"[{":
+            depth += 1
+            if depth == max_depth + 1:
+                cut_from = at
+        else:
+            if depth == max_depth + 1 and cut_from >= 0:
+                pieces += [data[kept_until:cut_from], marker]
+                kept_until, cut_from = at + 1, -1
+            depth -= 1
+    if cut_from >= 0:  # unbalanced: leave the rest for the decoder to refuse
+        pieces += [data[kept_until:cut_from], marker]
+        kept_until = len(data)
+    pieces.append(data[kept_until:])
+    return b"".join(pieces)
