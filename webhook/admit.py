@@ -6,10 +6,12 @@ mutating webhook, so it re-checks pods on CREATE and workload templates on CREAT
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from webhook import review
 from webhook.decision import Context, Decision, Obj
@@ -68,13 +70,35 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class Admission:
-    """The review to send back, with what the log line and the metrics need."""
+    """The review to send back, with what the log line and the metrics need.
+
+    ``decision`` holds the whole object; ``without_decision`` drops it, for keeping the
+    answer or sending it to another process.
+    """
 
     review: AdmissionReview
     outcome: Outcome
     decision: Decision | None = None
     patch_ops: int = 0
     detail: str = ""
+    workload_class: str | None = None
+    source: str | None = None
+
+    @classmethod
+    def of(
+        cls, review: AdmissionReview, outcome: Outcome, decision: Decision, **extra: Any
+    ) -> Admission:
+        return cls(
+            review,
+            outcome,
+            decision,
+            workload_class=decision.workload_class,
+            source=decision.classification.source,
+            **extra,
+        )
+
+    def without_decision(self) -> Admission:
+        return dataclasses.replace(self, decision=None)
 
 
 def admit(
@@ -103,13 +127,13 @@ def admit(
     )
     decision = evaluate(request.object, policy, context)
     if decision.skipped is not None:
-        return Admission(
+        return Admission.of(
             review.allowed(request), Outcome.SKIPPED, decision, detail=decision.skipped
         )
     if not decision.allowed:
         message = "; ".join(decision.violations)
         answer = review.denied(request, message, warnings=decision.warnings, audit=_audit(decision))
-        return Admission(answer, Outcome.REFUSED, decision, detail=message)
+        return Admission.of(answer, Outcome.REFUSED, decision, detail=message)
     if hook is Hook.MUTATE:
         return _mutated(request, decision)
     return _validated(request, decision, policy)
@@ -158,21 +182,21 @@ def _mutated(request: Request, decision: Decision) -> Admission:
     ops = make_patch(request.object, decision.mutated)
     answer = review.patched(request, ops, warnings=decision.warnings, audit=_audit(decision))
     outcome = Outcome.PATCHED if ops else _allowed_outcome(decision)
-    return Admission(answer, outcome, decision, patch_ops=len(ops))
+    return Admission.of(answer, outcome, decision, patch_ops=len(ops))
 
 
 def _validated(request: Request, decision: Decision, policy: Policy) -> Admission:
     audit = _audit(decision)
     if not (request.is_pod and decision.changes):
         answer = review.allowed(request, warnings=decision.warnings, audit=audit)
-        return Admission(answer, _allowed_outcome(decision), decision)
+        return Admission.of(answer, _allowed_outcome(decision), decision)
     message = _unplaced(decision)
     if policy.mode is Mode.WARN:
         warnings = [*decision.warnings, f"would be refused in enforce mode: {message}"]
         answer = review.allowed(request, warnings=warnings, audit=audit)
-        return Admission(answer, Outcome.WARNED, decision, detail=message)
+        return Admission.of(answer, Outcome.WARNED, decision, detail=message)
     answer = review.denied(request, message, warnings=decision.warnings, audit=audit)
-    return Admission(answer, Outcome.REFUSED, decision, detail=message)
+    return Admission.of(answer, Outcome.REFUSED, decision, detail=message)
 
 
 def _unplaced(decision: Decision) -> str:

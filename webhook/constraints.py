@@ -168,7 +168,9 @@ class NodeConstraints:
     key: str
     selector: LabelState | None
     has_selector: bool
+    # None when the pod has no required terms, or more than MAX_TERMS (see too_large).
     terms: tuple[TermView, ...] | None
+    term_count: int
     mentioned: frozenset[str]
 
     def admits(self, value: LabelState) -> bool:
@@ -182,10 +184,10 @@ class NodeConstraints:
 
     def too_large(self) -> str | None:
         """Why these constraints are beyond what the engine answers for, if they are."""
-        if self.terms is not None and len(self.terms) > MAX_TERMS:
+        if self.term_count > MAX_TERMS:
             return (
                 f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms has "
-                f"{len(self.terms):,} terms, more than the {MAX_TERMS:,} preemptguard checks: "
+                f"{self.term_count:,} terms, more than the {MAX_TERMS:,} preemptguard checks: "
                 "merge them into fewer terms"
             )
         if len(self.mentioned) > MAX_LABEL_VALUES:
@@ -201,14 +203,15 @@ def read_constraints(spec: dict[str, Any], key: str) -> NodeConstraints:
     """One pass over the pod's node constraints; ask ``too_large`` before anything else."""
     selector = spec.get("nodeSelector")
     has_selector = isinstance(selector, dict) and key in selector
-    raw_terms = required_terms(spec)
-    terms = None if raw_terms is None else tuple(view(t, key) for t in raw_terms)
+    raw_terms = required_terms(spec) or []
+    read = 0 < len(raw_terms) <= MAX_TERMS
     return NodeConstraints(
         key=key,
         selector=selector[key] if isinstance(selector, dict) and has_selector else None,
         has_selector=has_selector,
-        terms=terms,
-        mentioned=frozenset(mentioned_values(spec, key)),
+        terms=tuple(view(t, key) for t in raw_terms) if read else None,
+        term_count=len(raw_terms),
+        mentioned=frozenset(mentioned_values(spec, key)) if read or not raw_terms else frozenset(),
     )
 
 

@@ -7,12 +7,13 @@ from typing import Any
 
 from webhook import hints
 from webhook.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
+from webhook.constraints import NodeConstraints
 from webhook.decision import Change, Classification, Context, Decision, Obj, bounded, shorten
 from webhook.grace import GraceBudget, grace_budget
 from webhook.jsoncompare import same_json
-from webhook.placement import PREFERRED, REQUIRED, Outcome, place
+from webhook.placement import PREFERRED, REQUIRED, Outcome, check, place
 from webhook.podshape import shape_problem
-from webhook.policy import Mode, Policy
+from webhook.policy import Mode, Policy, WorkloadClass
 from webhook.trust import exemption
 from webhook.workloads import (
     WorkloadKind,
@@ -57,9 +58,14 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     verdict = dataclasses.replace(verdict, warnings=(*notes, *verdict.warnings))
     if verdict.classification.name is None or verdict.violations:
         return base.finish(policy, verdict, Outcome(violations=list(verdict.violations)), obj)
+    wclass = policy.classes[verdict.classification.name]
+    budget = grace_budget(facts.annotations, policy)
+    checked = check(template["spec"], wclass, policy, budget)
+    if checked.violations:
+        return base.finish(policy, verdict, Outcome(violations=list(checked.violations)), obj)
     mutated = copy_for_placement(obj, kind)
-    outcome = _place(mutated, kind, verdict, policy, grace_budget(facts.annotations, policy))
-    return base.finish(policy, verdict, outcome, obj if outcome.violations else mutated)
+    outcome = _place(mutated, kind, checked.node, wclass, policy, budget)
+    return base.finish(policy, verdict, outcome, mutated)
 
 
 # The containers placement writes into: a mapping lists the keys to descend into, a one-item
@@ -200,14 +206,17 @@ def _misplaced_annotations(obj: Obj, kind: WorkloadKind) -> list[str]:
 
 
 def _place(
-    mutated: Obj, kind: WorkloadKind, verdict: Verdict, policy: Policy, budget: GraceBudget
+    mutated: Obj,
+    kind: WorkloadKind,
+    node: NodeConstraints,
+    wclass: WorkloadClass,
+    policy: Policy,
+    budget: GraceBudget,
 ) -> Outcome:
     template = template_of(mutated, kind)
     assert template is not None  # checked on the original, and the copy is equal
-    wclass = policy.classes[verdict.classification.name or ""]
-    outcome = place(template, wclass, policy, budget)
-    if not outcome.violations:
-        _record(template, wclass.name, outcome)
+    outcome = place(template, node, wclass, policy, budget)
+    _record(template, wclass.name, outcome)
     prefix = ".".join(kind.template_path)
     if prefix:
         outcome.changes = [Change(f"{prefix}.{c.field}", c.reason) for c in outcome.changes]

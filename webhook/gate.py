@@ -22,12 +22,15 @@ from dataclasses import dataclass
 LARGE_BODY_BYTES = 512 * 1024
 # The API server's default timeout, when a call does not say.
 DEFAULT_TIMEOUT = 10.0
-# Time kept back from the API server's timeout, for the answer to travel back.
-ANSWER_MARGIN = 0.25
-# What a large review costs here at most, measured with reviews built to be slow (see
-# benchmarks/slow_review_bench.py), with room to spare: the wait for the gate leaves this much.
-SECONDS_PER_MIB = 0.25
-BASE_SECONDS = 0.1
+# Time kept back from the API server's timeout, for the answer to travel back: this share of
+# it, and at least the minimum.
+ANSWER_MARGIN_SHARE = 0.15
+ANSWER_MARGIN_MIN = 0.4
+# What a large review costs here at most, measured with reviews built to be slow while many
+# arrive at once (benchmarks/slow_review_bench.py), with room to spare: a review waits for
+# the gate only while this much time would be left.
+SECONDS_PER_MIB = 0.35
+BASE_SECONDS = 0.15
 
 _TIMEOUT = re.compile(r"^(\d{1,4}(?:\.\d{1,9})?)s$")
 
@@ -48,7 +51,8 @@ class Deadline:
 
     @classmethod
     def after(cls, timeout: float, started: float) -> Deadline:
-        return cls(started + max(0.0, timeout - ANSWER_MARGIN))
+        margin = max(ANSWER_MARGIN_MIN, timeout * ANSWER_MARGIN_SHARE)
+        return cls(started + max(0.0, timeout - margin))
 
     def remaining(self) -> float:
         return self.at - time.monotonic()

@@ -38,20 +38,31 @@ def _scanner(nesting: int) -> re.Pattern[bytes]:
     string = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
     level = rb"(?>" + string + rb'|[^"\[\]{}])'
     for _ in range(nesting):
-        container = rb"(?>\{" + level + rb"*+\}|\[" + level + rb"*+\])"
+        # Either bracket opens and either closes: the pattern stays linear in ``nesting``
+        # (one copy of the level below, not two). The decoder checks the kinds wherever it
+        # reads; only within a value too deep to read does a mismatch go unnoticed.
+        container = rb"[\[{]" + level + rb"*+[\]}]"
         level = rb"(?>" + string + rb'|[^"\[\]{}]|' + container + rb")"
     return re.compile(level + rb"*+([\[\]{}])")
 
 
 # Containers skipped whole by the fast scanner; it runs only where skipping that deep cannot
 # pass the depth at which values are cut.
-_SKIPPED_NESTING = 8
+_SKIPPED_NESTING = 16
 _FAST = _scanner(_SKIPPED_NESTING)
 _EXACT = _scanner(0)
 
 
 def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> Any:
-    """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON."""
+    """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON.
+
+    Decoding a large document makes many containers; see ``collector.paused`` for keeping
+    the garbage collector from walking them again and again.
+    """
+    return _loads(data, object_pairs_hook)
+
+
+def _loads(data: bytes | str, object_pairs_hook: PairsHook | None) -> Any:
     try:
         return json.loads(data, object_pairs_hook=object_pairs_hook)
     except RecursionError:

@@ -28,21 +28,39 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def place(
-    pod: dict[str, Any], wclass: WorkloadClass, policy: Policy, budget: GraceBudget
-) -> Outcome:
-    """Check, then (when nothing is refused) apply ``wclass``'s placement to ``pod``."""
-    spec: dict[str, Any] = pod["spec"]
+@dataclass(frozen=True)
+class Checked:
+    """What ``check`` found: the pod's node constraints, and why it is refused (if it is)."""
+
+    node: NodeConstraints
+    violations: tuple[str, ...]
+
+
+def check(
+    spec: dict[str, Any], wclass: WorkloadClass, policy: Policy, budget: GraceBudget
+) -> Checked:
+    """Whether a pod with this spec may have ``wclass``; run on the original, before any copy."""
     node = constraints.read_constraints(spec, policy.node_label.key)
     too_large = node.too_large()
     if too_large is not None:
-        return Outcome(violations=[too_large])
-    out = Outcome(violations=_refusals(spec, node, wclass, policy))
+        return Checked(node, (too_large,))
+    violations = _refusals(spec, node, wclass, policy)
     if wclass.placement.may_be_preempted:
         bad_grace = grace_violation(spec)
-        out.violations += budget.violations + ([bad_grace] if bad_grace else [])
-    if out.violations:
-        return out
+        violations += budget.violations + ([bad_grace] if bad_grace else [])
+    return Checked(node, tuple(violations))
+
+
+def place(
+    pod: dict[str, Any],
+    node: NodeConstraints,
+    wclass: WorkloadClass,
+    policy: Policy,
+    budget: GraceBudget,
+) -> Outcome:
+    """Apply ``wclass``'s placement to ``pod``, which ``check`` found acceptable."""
+    spec: dict[str, Any] = pod["spec"]
+    out = Outcome()
     if wclass.placement is Placement.PREEMPTIBLE:
         _require(spec, node, policy, wclass, "In", out)
     elif wclass.placement is Placement.PREFER_PREEMPTIBLE:

@@ -36,42 +36,66 @@ _NAMES = {dict: "a mapping", list: "a list", str: "a string", int: "a whole numb
 
 def shape_problem(template: Obj, prefix: tuple[str, ...] = ()) -> str | None:
     """The first field of a pod (or pod template) whose type the API server would refuse."""
-    return _check(template, POD_TEMPLATE, ".".join(prefix))
+    failure = _check(template, POD_TEMPLATE)
+    if failure is None:
+        return None
+    parts, expected, value = failure
+    return _mismatch(value, expected, _path([*prefix, *reversed(parts)]))
 
 
-# Runs on every admission: the field path is a string built only for fields that are present,
-# and a failed check is explained only once it has failed.
-def _check(value: Any, shape: Any, path: str) -> str | None:
+# (path from the bad value up to the checked one, the type expected, the bad value)
+_Failure = tuple[list[str | int], type, Any]
+_STRING_ITEMS = frozenset({str, type(None)})
+_STRING_VALUES = frozenset({str})
+
+
+# Runs on every admission, over every expression and toleration of a pod however many it has:
+# nothing is formatted until a check fails, and lists of strings are checked in bulk.
+def _check(value: Any, shape: Any) -> _Failure | None:
     if value is None:
         return None
     if shape is str or shape is int:
-        return None if _is(value, shape) else _mismatch(value, shape, path)
+        return None if _is(value, shape) else ([], shape, value)
     if isinstance(shape, list):
-        if not isinstance(value, list):
-            return _mismatch(value, list, path)
-        for i, item in enumerate(value):
-            problem = _check(item, shape[0], f"{path}[{i}]")
-            if problem:
-                return problem
-        return None
+        return _check_list(value, shape[0])
     if not isinstance(value, dict):
-        return _mismatch(value, dict, path)
-    if shape == STRINGS:
-        for key, item in value.items():
-            if not isinstance(item, str):
-                return _mismatch(item, str, _join(path, str(key)))
-        return None
+        return ([], dict, value)
+    if shape is STRINGS:
+        if set(map(type, value.values())) <= _STRING_VALUES:
+            return None
+        key, item = next((k, v) for k, v in value.items() if not isinstance(v, str))
+        return ([str(key)], str, item)
     for key, inner in shape.items():
         child = value.get(key)
         if child is not None:
-            problem = _check(child, inner, _join(path, key))
-            if problem:
-                return problem
+            failure = _check(child, inner)
+            if failure is not None:
+                failure[0].append(key)
+                return failure
     return None
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+def _check_list(value: Any, item_shape: Any) -> _Failure | None:
+    if not isinstance(value, list):
+        return ([], list, value)
+    if item_shape is str and set(map(type, value)) <= _STRING_ITEMS:
+        return None
+    for i, item in enumerate(value):
+        failure = _check(item, item_shape)
+        if failure is not None:
+            failure[0].append(i)
+            return failure
+    return None
+
+
+def _path(parts: list[str | int]) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
 
 
 def _is(value: Any, expected: type) -> bool:

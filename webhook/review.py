@@ -144,21 +144,43 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     )
 
 
-# How the API server writes a review: kind, apiVersion, then the request, whose first field is
-# its uid. Read this way only to refuse a review that cannot be checked in time, before the
-# cost of reading all of it; anything else about the request comes from ``parse_review``.
+# How the API server writes a review: kind, apiVersion, then the request, whose fields come in
+# the order of Go's AdmissionRequest: uid first; kind, resource and the like (which hold no
+# "namespace"), name and namespace, then operation, userInfo and the objects. Read this way
+# only to answer a large review before reading all of it (refusing it as busy, looking its
+# namespace up for the process that will read it); the answer itself always comes from
+# ``parse_review``, which checks what this assumed.
 _ENVELOPE = re.compile(
     rb'\A\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*'
     rb'"(admission\.k8s\.io/v1(?:beta1)?)"\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([-\w.:]{1,128})"'
 )
+_NAMESPACE = re.compile(rb'"namespace"\s*:\s*"([-a-z0-9]{1,63})"')
+_OPERATION = re.compile(rb'"operation"\s*:')
+# The request's fields before "operation" take a few hundred bytes.
+_PREAMBLE_BYTES = 4096
 
 
-def envelope(body: bytes) -> tuple[str, str] | None:
-    """``(apiVersion, uid)`` read off the start of a review as the API server writes it."""
+@dataclass(frozen=True)
+class Envelope:
+    """What the start of a review, as the API server writes it, says."""
+
+    api_version: str
+    uid: str
+    namespace: str | None
+
+
+def envelope(body: bytes) -> Envelope | None:
+    """The envelope of a review as the API server writes it; None for anything else."""
     match = _ENVELOPE.match(body)
     if match is None:
         return None
-    return match.group(1).decode(), match.group(2).decode()
+    rest = match.end()
+    operation = _OPERATION.search(body, rest, rest + _PREAMBLE_BYTES)
+    namespace = None
+    if operation is not None:
+        found = _NAMESPACE.search(body, rest, operation.start())
+        namespace = found.group(1).decode() if found else None
+    return Envelope(match.group(1).decode(), match.group(2).decode(), namespace)
 
 
 def refused_unread(api_version: str, uid: str, message: str, code: int) -> AdmissionReview:

@@ -10,6 +10,7 @@ from webhook import engine, logs
 from webhook.admit import Evaluator
 from webhook.metrics import Metrics, MetricsServer
 from webhook.namespaces import NamespaceCache
+from webhook.offload import Offload
 from webhook.reload import CertStore, PolicyStore, Reloader
 from webhook.server import create_app
 from webhook.serving import Hooks, ServerSettings, run
@@ -41,12 +42,14 @@ class Runtime:
         self.reloader = Reloader([self.policies, self.certs], options.reload_interval)
         self.stopping = threading.Event()
         self.metrics_server: MetricsServer | None = None
+        self.offload = Offload()
         self.app = create_app(
             self.policies.current,
             self.namespaces.lookup,
             evaluate=evaluate,
             metrics=self.metrics,
             readiness=self.readiness,
+            offloaded=self.offload,
         )
 
     def readiness(self) -> str | None:
@@ -69,6 +72,7 @@ class Runtime:
         self.reloader.check_all()
         self.reloader.start()
         self.namespaces.start()
+        self.offload.start()
         policy = self.policies.policy
         log.info(
             "serving",
@@ -81,6 +85,7 @@ class Runtime:
         )
 
     def close(self) -> None:
+        self.offload.stop()
         self.reloader.stop()
         self.namespaces.stop()
         if self.metrics_server is not None:

@@ -14,7 +14,7 @@ from flask import Flask, Response, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
-from webhook import engine, review
+from webhook import engine, offload, review
 from webhook.admit import (
     Admission,
     Evaluator,
@@ -57,6 +57,7 @@ def create_app(
     readiness: ReadinessCheck = always_ready,
     max_body_bytes: int = MAX_BODY_BYTES,
     gate: LargeReviewGate | None = None,
+    offloaded: offload.Offload | None = None,
 ) -> Flask:
     """The WSGI app; ``readiness`` returns why the server is not ready, or ``None``."""
     app = Flask("webhook")
@@ -67,6 +68,7 @@ def create_app(
         metrics or Metrics(),
         max_body_bytes,
         gate or LargeReviewGate(),
+        offloaded or offload.Offload(),
     )
     app.add_url_rule("/mutate", "mutate", lambda: handler.handle(Hook.MUTATE), methods=["POST"])
     app.add_url_rule(
@@ -88,10 +90,11 @@ class _Handler:
         metrics: Metrics,
         max_body_bytes: int,
         gate: LargeReviewGate,
+        offloaded: offload.Offload,
     ) -> None:
         self.policy, self.namespaces = policy, namespaces
         self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
-        self.gate = gate
+        self.gate, self.offload = gate, offloaded
 
     def handle(self, hook: Hook) -> Response:
         started = time.perf_counter()
@@ -100,14 +103,53 @@ class _Handler:
             body = self._body()
         except BadReview as exc:
             return self._bad_request(hook, exc)
-        large = len(body) > LARGE_BODY_BYTES
-        if large and not self.gate.enter(len(body), deadline):
+        if len(body) <= LARGE_BODY_BYTES:
+            return self._review(hook, body, started)
+        if not self.gate.enter(len(body), deadline):
             return self._busy(hook, body, started)
         try:
-            return self._review(hook, body, started)
+            return self._large_review(hook, body, started, deadline)
         finally:
-            if large:
-                self.gate.leave()
+            self.gate.leave()
+
+    def _large_review(
+        self, hook: Hook, body: bytes, started: float, deadline: Deadline
+    ) -> Response:
+        """A review answered by the offload process (see ``offload``)."""
+        policy = self.policy()
+        if policy is None:
+            return self._review(hook, body, started)
+        env = review.envelope(body)
+        namespace = env.namespace if env is not None else None
+        if namespace in policy.excluded_namespaces:
+            namespace = None  # the engine skips it without asking
+        try:
+            outcome = self.offload.run(
+                hook,
+                body,
+                policy,
+                self.namespaces,
+                timeout=deadline.remaining(),
+                namespace=namespace,
+            )
+        except offload.OffloadFailed as exc:
+            log.warning("large_review_failed", hook=hook.value, error=str(exc))
+            return self._busy(hook, body, started)
+        except NamespaceUnknown as exc:
+            seconds = time.perf_counter() - started
+            self._count(hook, Outcome.ERROR, None, seconds)
+            uid = env.uid if env is not None else "?"
+            log.error("admission_failed", uid=clip(uid), hook=hook.value, error=str(exc))  # noqa: TRY400
+            return _text(500, f"cannot check the object of review {clip(uid)}: {exc}")
+        seconds = time.perf_counter() - started
+        if isinstance(outcome, offload.BadBody):
+            return self._bad_request(hook, BadReview(outcome.reason))
+        if isinstance(outcome, offload.Failed):
+            return self._failed(hook, outcome.request, seconds, internal=outcome.error)
+        if isinstance(outcome, offload.NeedsNamespace):  # looked up once already
+            raise TypeError("the offload process asked twice for a namespace")
+        self._record(hook, outcome.request, outcome.admission, seconds)
+        return _json(outcome.admission.review)
 
     def _review(self, hook: Hook, body: bytes, started: float) -> Response:
         try:
@@ -142,17 +184,13 @@ class _Handler:
         )
         seconds = time.perf_counter() - started
         self._count(hook, Outcome.BUSY, None, seconds)
-        found = review.envelope(body)
-        if found is None:
-            try:
-                req = parse_review(loads(body))
-            except BadReview as exc:
-                return self._bad_request(hook, exc)
-            found = (req.api_version, req.uid)
-        api_version, uid = found
+        env = review.envelope(body)
+        if env is None:
+            # Not written by an API server: no review to answer with, and no reading it now.
+            return _text(503, f"busy: {message}")
         log.warning(
             "admission",
-            uid=clip(uid),
+            uid=clip(env.uid),
             hook=hook.value,
             outcome=Outcome.BUSY.value,
             allowed=False,
@@ -160,7 +198,7 @@ class _Handler:
             detail=message,
             duration_ms=round(seconds * 1000, 3),
         )
-        return _json(review.refused_unread(api_version, uid, message, 429))
+        return _json(review.refused_unread(env.api_version, env.uid, message, 429))
 
     def _body(self) -> bytes:
         if request.mimetype != "application/json":
@@ -193,15 +231,25 @@ class _Handler:
         return admit(hook, req, policy, self.namespaces, self.evaluate)
 
     def _failed(
-        self, hook: Hook, req: Request, seconds: float, known: str | None = None
+        self,
+        hook: Hook,
+        req: Request,
+        seconds: float,
+        known: str | None = None,
+        *,
+        internal: str | None = None,
     ) -> Response:
         """An HTTP 500, so that the API server applies the webhook's failurePolicy.
 
         ``known`` is a failure that is understood (the namespace cannot be read): logged
-        without a traceback, and its reason is the answer.
+        without a traceback, and its reason is the answer. ``internal`` is an engine error
+        raised in the offload process, logged as it came.
         """
         self._count(hook, Outcome.ERROR, None, seconds)
         fields = _request_fields(hook, req, seconds)
+        if internal is not None:
+            log.error("admission_failed", **fields, error=internal)
+            return _text(500, internal_error(req))
         if known is None:
             log.exception("admission_failed", **fields)
             return _text(500, internal_error(req))
@@ -209,8 +257,7 @@ class _Handler:
         return _text(500, f"cannot check {clip(req.kind)} {clip(req.name)}: {known}")
 
     def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
-        decision = admission.decision
-        wclass = decision.workload_class if decision else None
+        wclass = admission.workload_class
         self._count(hook, admission.outcome, wclass, seconds)
         response = admission.review["response"]
         log.info(
@@ -219,7 +266,7 @@ class _Handler:
             user=clip(req.user),
             dry_run=req.dry_run,
             workload_class=wclass,
-            source=decision.classification.source if decision else None,
+            source=admission.source,
             outcome=admission.outcome.value,
             allowed=response["allowed"],
             patch_ops=admission.patch_ops,
