@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -132,7 +131,9 @@ def ordinary_latencies(port: int, certs: Path, seconds: float) -> list[float]:
     return out
 
 
-def burst(port: int, certs: Path, body: bytes, seconds: float) -> tuple[list[float], Counter[str], float]:
+def burst(
+    port: int, certs: Path, body: bytes, seconds: float
+) -> tuple[list[float], Counter[str], float]:
     """16 connections sending ``body`` back to back, beside an ordinary review every 20 ms."""
     answers: Counter[str] = Counter()
     slowest = [0.0]
@@ -177,7 +178,9 @@ def main() -> None:
         bodies = each_pod(port, certs)
         slowest_name = max(bodies, key=lambda n: min(
             post(connection(port, certs), PATH, bodies[n])[0] for _ in range(2)))  # fmt: skip
-        print(f"\nAn ordinary review, alone:          {summary(ordinary_latencies(port, certs, 3))}")
+        print(
+            f"\nAn ordinary review, alone:          {summary(ordinary_latencies(port, certs, 3))}"
+        )
         ordinary, answers, worst = burst(port, certs, bodies[slowest_name], args.burst_seconds)
         print(f"... during 16 x {slowest_name:>16}: {summary(ordinary)}")
         print(f"    the large reviews: {dict(answers)}, slowest answer {ms(worst)}")

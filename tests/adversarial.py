@@ -67,7 +67,10 @@ def many_expressions(target: int = TARGET) -> dict[str, Any]:
     del pod["spec"]["nodeSelector"]
     expr = {"key": "zone", "operator": "Exists"}
     per_term = max(1, (target - _size(pod)) // (1000 * (_size(expr) + 1)))
-    term = {"matchExpressions": [expr] * per_term + [{"key": KEY, "operator": "In", "values": ["preemptible"]}]}
+    term = {
+        "matchExpressions": [expr] * per_term
+        + [{"key": KEY, "operator": "In", "values": ["preemptible"]}]
+    }
     pod["spec"]["affinity"] = _affinity([term] * 1000)
     return pod
 
@@ -103,7 +106,10 @@ def many_preferences(target: int = TARGET) -> dict[str, Any]:
     pod = base_pod("many-preferences")
     pod["metadata"]["annotations"]["together.ai/workload"] = "flexible"
     del pod["spec"]["nodeSelector"]
-    pref = {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}
+    pref = {
+        "weight": 1,
+        "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
+    }
     pod["spec"]["affinity"] = {"nodeAffinity": {PREFERRED: _fill(pod, lambda i: pref, target)}}
     return pod
 
@@ -136,7 +142,11 @@ def deep_and_dense(target: int = TARGET) -> dict[str, Any]:
     for _ in range(9):
         nested = [nested]
     pod["metadata"]["managedFields"].append(
-        {"manager": "x", "fieldsType": "FieldsV1", "fieldsV1": {"f:y": _fill(pod, lambda i: nested, target - 20_000)}}
+        {
+            "manager": "x",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:y": _fill(pod, lambda i: nested, target - 20_000)},
+        }
     )
     return pod
 
