@@ -25,6 +25,7 @@ test: lint typecheck control-plane kustomize
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy

@@ -39,7 +39,7 @@ from tests.e2e.webhook_server import (
     start_server,
     unregister,
 )
-from webhook import certs
+from webhook.server import certs
 
 UNSCHEDULED = "preemptguard-bench-no-scheduler"
 DO_NOTHING = "do-nothing webhook (always allow)"

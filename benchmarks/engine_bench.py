@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from webhook.decision import Context
-from webhook.engine import evaluate
-from webhook.patch import make_patch
-from webhook.policy_files import builtin_policy
+from webhook.engine.decision import Context
+from webhook.engine.evaluation import evaluate
+from webhook.engine.patch import make_patch
+from webhook.loading.policies import builtin_policy
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"

@@ -112,10 +112,11 @@ def _trivial_flask() -> Any:
 def serve(kind: str, port: int, tls: Path, threads: int, stock: bool) -> None:
     from gunicorn.workers import gthread
 
-    from webhook import logs, serving
-    from webhook.metrics import Metrics
-    from webhook.reload import CertStore
-    from webhook.runtime import ServeOptions, serve
+    from webhook.server import gunicorn as serving
+    from webhook.server import logs
+    from webhook.server.metrics import Metrics
+    from webhook.server.reload import CertStore
+    from webhook.server.runtime import ServeOptions, serve
 
     if stock:
         serving.WebhookWorker = gthread.ThreadWorker  # type: ignore[misc]
@@ -283,7 +284,7 @@ def sequential(port: int, tls: Path, requests: int) -> Result:
 
 
 def bench(args: argparse.Namespace) -> None:
-    from webhook import certs
+    from webhook.server import certs
 
     seconds = 2.0 if args.quick else args.seconds
     tls = Path(tempfile.mkdtemp(prefix="pg-bench-"))

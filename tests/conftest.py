@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.policy import Policy
-from webhook.policy_files import builtin_policy
+from webhook.engine.policy import Policy
+from webhook.loading.policies import builtin_policy
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

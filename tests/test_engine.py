@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import EXAMPLES
-from webhook.decision import Context
-from webhook.dryrun import check
-from webhook.engine import evaluate
-from webhook.manifests import load_manifests
-from webhook.patch import apply_patch, make_patch
-from webhook.policy import Mode, Policy
+from webhook.cli.dryrun import check
+from webhook.engine.decision import Context
+from webhook.engine.evaluation import evaluate
+from webhook.engine.patch import apply_patch, make_patch
+from webhook.engine.policy import Mode, Policy
+from webhook.loading.manifests import load_manifests
 
 KEY = "together.ai/compute-class"
 TOLERATION = {"key": KEY, "operator": "Equal", "value": "preemptible", "effect": "NoSchedule"}

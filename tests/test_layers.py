@@ -1,63 +1,58 @@
-"""The engine stays pure: its modules import no web, CLI, cluster or logging library."""
+"""The layers stated in pyproject.toml (import-linter) hold, and a broken one is caught."""
 
 from __future__ import annotations
 
-import ast
-
-import pytest
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 from tests.conftest import REPO
 
-ENGINE = [
-    "classify",
-    "constraints",
-    "decision",
-    "engine",
-    "grace",
-    "jsoncompare",
-    "hints",
-    "trust",
-    "patch",
-    "placement",
-    "podshape",
-    "policy",
-    "policy_files",
-    "workloads",
-    "yamlnodes",
-]
-FORBIDDEN = {
-    "click",
-    "flask",
-    "werkzeug",
-    "gunicorn",
-    "kubernetes",
-    "structlog",
-    "prometheus_client",
-    "socket",
-    "ssl",
-    "http",
-    "urllib",
-    "requests",
-    "subprocess",
-    "threading",
-    "logging",
-}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def imports(module: str) -> set[str]:
-    tree = ast.parse((REPO / "webhook" / f"{module}.py").read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-    return found
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=False,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
 
 
-@pytest.mark.parametrize("module", ENGINE)
-def test_engine_module_imports_only_pure_libraries(module: str) -> None:
-    names = imports(module)
-    assert not {n.split(".")[0] for n in names} & FORBIDDEN
-    inner = {n.removeprefix("webhook.") for n in names if n.startswith("webhook.")}
-    assert inner <= set(ENGINE), f"{module} reaches outside the engine: {inner - set(ENGINE)}"
+def test_the_layers_hold() -> None:
+    proc = lint_imports(REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout
+
+
+def copy_of_the_package(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(
+        REPO / "webhook", root / "webhook", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_the_engine_importing_the_server_breaks_the_layers(tmp_path: Path) -> None:
+    root = copy_of_the_package(tmp_path)
+    with (root / "webhook" / "engine" / "grace.py").open("a") as module:
+        module.write("\nfrom webhook.server import app  # noqa\n")
+    proc = lint_imports(root)
+    assert proc.returncode != 0
+    assert "Layers: the CLI and the server drive the admission core" in proc.stdout
+    assert "webhook.engine.grace -> webhook.server.app" in proc.stdout
+
+
+def test_the_engine_reading_the_clock_breaks_its_purity(tmp_path: Path) -> None:
+    root = copy_of_the_package(tmp_path)
+    with (root / "webhook" / "engine" / "classify.py").open("a") as module:
+        module.write("\nimport time  # noqa\n")
+    proc = lint_imports(root)
+    assert proc.returncode != 0
+    assert "The engine is pure" in proc.stdout
+    assert "webhook.engine.classify -> time" in proc.stdout

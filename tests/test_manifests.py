@@ -28,7 +28,7 @@ from tests.e2e.render import (
     prepare_tree,
     webhooks,
 )
-from webhook.policy_files import load_policy
+from webhook.loading.policies import load_policy
 
 REPO = Path(__file__).resolve().parents[1]
 # The oldest release the manifests target (PodLifecycleSleepAction is on by default from 1.30)

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from tests.conftest import POLICIES
-from webhook.cases import load_cases, policy_dirs, run_case
-from webhook.policy_files import load_policy
+from webhook.cli.policy_tests import load_cases, policy_dirs, run_case
+from webhook.loading.policies import load_policy
 
 CASES = [
     pytest.param(policy_dir, case, id=f"{policy_dir.name}/{case.name}")

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES, REPO
-from webhook.policy import Mode, Placement
-from webhook.policy_files import PolicyError, builtin_policy, load_policy, policy_schema
+from webhook.engine.policy import Mode, Placement
+from webhook.loading.policies import PolicyError, builtin_policy, load_policy, policy_schema
 
 GOOD = (POLICIES / "default" / "policy.yaml").read_text()
 

@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.decision import Context
-from webhook.engine import evaluate
-from webhook.patch import apply_patch, make_patch
-from webhook.policy_files import builtin_policy
+from webhook.engine.decision import Context
+from webhook.engine.evaluation import evaluate
+from webhook.engine.patch import apply_patch, make_patch
+from webhook.loading.policies import builtin_policy
 
 POLICY = builtin_policy()
 KEY = "together.ai/compute-class"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from webhook.policy_files import builtin_policy
-from webhook.server import create_app
+from webhook.loading.policies import builtin_policy
+from webhook.server.app import create_app
 
 RECORDED = (
     REPO / "tests" / "fixtures" / "admission-reviews" / "create-deployment-serve-validate.json"

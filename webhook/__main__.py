@@ -1,3 +1,3 @@
-from webhook.cli import main
+from webhook.cli.main import main
 
 main()

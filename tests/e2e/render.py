@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from webhook import certs
+from webhook.server import certs
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

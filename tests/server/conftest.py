@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.helpers import ServerProcess, free_port, serve_args
-from webhook import certs
+from webhook.server import certs
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from webhook import engine
-from webhook.decision import Context, Decision, Obj
-from webhook.metrics import Metrics
-from webhook.policy import Policy
-from webhook.reload import CertStore
-from webhook.runtime import ServeOptions, serve
-from webhook.serving import Hooks, ServerSettings, run
+from webhook.engine.decision import Context, Decision, Obj
+from webhook.engine.policy import Policy
+from webhook.server.gunicorn import Hooks, ServerSettings, run
+from webhook.server.metrics import Metrics
+from webhook.server.reload import CertStore
+from webhook.server.runtime import ServeOptions, serve
 
 
 def socket_probe(environ: dict[str, Any], start_response: Any) -> list[bytes]:

@@ -13,13 +13,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.server.helpers import WARN_POLICY, fixture, with_object
-from webhook import logs
-from webhook.admit import NamespaceMeta
-from webhook.decision import Context, Decision, Obj
-from webhook.metrics import Metrics
-from webhook.policy import Policy
-from webhook.policy_files import builtin_policy, parse_policy
-from webhook.server import create_app
+from webhook.admission.hooks import NamespaceMeta
+from webhook.engine.decision import Context, Decision, Obj
+from webhook.engine.policy import Policy
+from webhook.loading.policies import builtin_policy, parse_policy
+from webhook.server import logs
+from webhook.server.app import create_app
+from webhook.server.metrics import Metrics
 
 SWEEP = fixture("create-pod-sweep-mutate")
 

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.server.helpers import BROKEN_POLICY, REPO, SERVE, ServerProcess, free_port
-from webhook import certs
-from webhook.cli_server import certs_command, serve_command
+from webhook.cli.server_commands import certs_command, serve_command
+from webhook.server import certs
 
 
 def load(path: Path) -> x509.Certificate:

@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from tests.server.helpers import Reply, ServerProcess, fixture, fixture_names, with_object
-from webhook.review import decode_patch
+from webhook.admission.review import decode_patch
 
 PREEMPTIBLE_TOLERATION = {
     "key": "together.ai/compute-class",

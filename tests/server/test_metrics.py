@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.server.helpers import ServerProcess, fixture
-from webhook import certs
-from webhook.metrics import Metrics
+from webhook.server import certs
+from webhook.server.metrics import Metrics
 
 
 def test_metrics_after_some_admissions(server: ServerProcess) -> None:

@@ -17,8 +17,8 @@ from tests.server.helpers import (
     wait_for,
     with_object,
 )
-from webhook.metrics import Metrics
-from webhook.namespaces import NamespaceCache
+from webhook.server.metrics import Metrics
+from webhook.server.namespaces import NamespaceCache
 
 DEFAULT = "together.ai/default-workload"
 FAST = (0.05, 0.2)

@@ -24,10 +24,10 @@ from tests.server.helpers import (
     serve_args,
     wait_for,
 )
-from webhook import certs, logs, reload
-from webhook.metrics import Metrics
-from webhook.policy_files import PolicyError
-from webhook.reload import CertificateError, CertStore, PolicyStore
+from webhook.loading.policies import PolicyError
+from webhook.server import certs, logs, reload
+from webhook.server.metrics import Metrics
+from webhook.server.reload import CertificateError, CertStore, PolicyStore
 
 COORDINATOR = fixture("create-pod-coordinator-0-mutate")
 

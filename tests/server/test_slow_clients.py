@@ -11,7 +11,7 @@ import ssl
 from pathlib import Path
 
 from tests.server.helpers import Client, client_context, fixture, harness_server
-from webhook.serving import REQUEST_READ_TIMEOUT
+from webhook.server.gunicorn import REQUEST_READ_TIMEOUT
 
 THREADS = 4
 # Far longer than the read deadline: a stalled client is never what ends these waits.

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast, get_args
 
-from webhook import jsondoc
-from webhook.decision import Obj, Operation, Requester, shorten
+from webhook.engine.decision import Obj, Operation, Requester, shorten
+from webhook.loading import jsondoc
 
 API_VERSION = "admission.k8s.io/v1"
 # v1beta1 has the same fields; an API server configured with it must get v1beta1 back.

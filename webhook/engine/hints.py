@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
-from webhook.decision import shorten
-from webhook.grace import CHECKPOINT_ANNOTATION
+from webhook.engine.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
+from webhook.engine.decision import shorten
+from webhook.engine.grace import CHECKPOINT_ANNOTATION
 
 POD_KEYS = (WORKLOAD_ANNOTATION, CHECKPOINT_ANNOTATION)
 NAMESPACE_KEYS = (NAMESPACE_DEFAULT_ANNOTATION,)

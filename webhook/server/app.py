@@ -14,8 +14,9 @@ from flask import Flask, Response, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
-from webhook import engine, offload, review
-from webhook.admit import (
+from webhook import engine
+from webhook.admission import review
+from webhook.admission.hooks import (
     Admission,
     Evaluator,
     Hook,
@@ -27,11 +28,12 @@ from webhook.admit import (
     no_namespaces,
     unavailable,
 )
-from webhook.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
-from webhook.logs import get_logger
-from webhook.metrics import Metrics
-from webhook.policy import Policy
-from webhook.review import BadReview, Request, clip, loads, parse_review
+from webhook.admission.review import BadReview, Request, clip, loads, parse_review
+from webhook.engine.policy import Policy
+from webhook.server import offload
+from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
+from webhook.server.logs import get_logger
+from webhook.server.metrics import Metrics
 
 # The API server caps a request body at 3 MiB, and a review carries at most two objects
 # (object and oldObject, on UPDATE); 7 MiB leaves room for JSON escaping without letting a
@@ -41,7 +43,7 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 PolicySource = Callable[[], Policy | None]
 ReadinessCheck = Callable[[], str | None]
 
-log = get_logger("webhook.server")
+log = get_logger("webhook.server.app")
 
 
 def always_ready() -> str | None:

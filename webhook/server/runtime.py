@@ -6,16 +6,17 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webhook import engine, logs
-from webhook.admit import Evaluator
-from webhook.metrics import Metrics, MetricsServer
-from webhook.namespaces import NamespaceCache
-from webhook.offload import Offload
-from webhook.reload import CertStore, PolicyStore, Reloader
-from webhook.server import create_app
-from webhook.serving import Hooks, ServerSettings, run
+from webhook import engine
+from webhook.admission.hooks import Evaluator
+from webhook.server import logs
+from webhook.server.app import create_app
+from webhook.server.gunicorn import Hooks, ServerSettings, run
+from webhook.server.metrics import Metrics, MetricsServer
+from webhook.server.namespaces import NamespaceCache
+from webhook.server.offload import Offload
+from webhook.server.reload import CertStore, PolicyStore, Reloader
 
-log = logs.get_logger("webhook.runtime")
+log = logs.get_logger("webhook.server.runtime")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
-from webhook.logs import stdlib_config
+from webhook.server.logs import stdlib_config
 
 WSGIApp = Callable[..., Any]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from webhook import certs
-from webhook.logs import LEVELS
-from webhook.policy_files import PolicyError
+from webhook.loading.policies import PolicyError
+from webhook.server import certs
+from webhook.server.logs import LEVELS
 
 SERVE_EXAMPLES = """
 \b
@@ -76,9 +76,9 @@ def serve_command(
     """
     # Imported here so that `check`, `explain` and `test` start without Flask, gunicorn and
     # the kubernetes client.
-    from webhook.reload import CertificateError
-    from webhook.runtime import ServeOptions, serve
-    from webhook.serving import ServerSettings
+    from webhook.server.gunicorn import ServerSettings
+    from webhook.server.reload import CertificateError
+    from webhook.server.runtime import ServeOptions, serve
 
     cert_file, key_file = _serving_files(cert_file, key_file, self_signed)
     settings = ServerSettings(

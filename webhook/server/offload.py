@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 
-from webhook import collector, engine
-from webhook.admit import Admission, Hook, NamespaceLookup, NamespaceMeta, admit
-from webhook.policy import Policy
-from webhook.review import BadReview, Request, loads, parse_review
+from webhook import engine
+from webhook.admission.hooks import Admission, Hook, NamespaceLookup, NamespaceMeta, admit
+from webhook.admission.review import BadReview, Request, loads, parse_review
+from webhook.engine.policy import Policy
+from webhook.loading import collector
 
 
 class OffloadFailed(Exception):
@@ -178,7 +179,7 @@ class _Child:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "webhook.offload", str(theirs.fileno())],
+            [sys.executable, "-m", "webhook.server.offload", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
         )
@@ -216,6 +217,6 @@ def _serve(conn: Connection) -> None:
 
 if __name__ == "__main__":
     # Through the module's own name, so that what is sent back pickles as webhook.offload's.
-    from webhook import offload
+    from webhook.server import offload
 
     offload._serve(Connection(int(sys.argv[1])))

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from webhook.policy import (
+from webhook.engine.policy import (
     LabelRequirement,
     Match,
     Mode,
@@ -24,7 +24,7 @@ from webhook.policy import (
     TrustedRequesters,
     WorkloadClass,
 )
-from webhook.yamlnodes import Located, compose_documents, problem_line
+from webhook.loading.yamlnodes import Located, compose_documents, problem_line
 
 POLICY_KIND = "PlacementPolicy"
 POLICY_API_VERSION = "preemptguard.together.ai/v1alpha1"

@@ -15,19 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from webhook.certs import not_after
-from webhook.logs import get_logger
-from webhook.metrics import Metrics
-from webhook.policy import Policy
-from webhook.policy_files import PolicyError, builtin_policy, load_policy, policy_files
-from webhook.review import clip
+from webhook.admission.review import clip
+from webhook.engine.policy import Policy
+from webhook.loading.policies import PolicyError, builtin_policy, load_policy, policy_files
+from webhook.server.certs import not_after
+from webhook.server.logs import get_logger
+from webhook.server.metrics import Metrics
 
 Signature = tuple[tuple[str, int, int, int, int], ...]
 
 # How much of an unexpected error's message a refused reload logs.
 ERROR_CHARS = 300
 
-log = get_logger("webhook.reload")
+log = get_logger("webhook.server.reload")
 
 
 class CertificateError(Exception):

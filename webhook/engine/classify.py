@@ -6,8 +6,8 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from webhook.decision import Classification, shorten
-from webhook.policy import Policy, Rule
+from webhook.engine.decision import Classification, shorten
+from webhook.engine.policy import Policy, Rule
 
 WORKLOAD_ANNOTATION = "together.ai/workload"
 NAMESPACE_DEFAULT_ANNOTATION = "together.ai/default-workload"

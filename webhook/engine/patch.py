@@ -12,7 +12,7 @@ from typing import Any
 
 from jsonpointer import JsonPointer
 
-from webhook.decision import Obj
+from webhook.engine.decision import Obj
 
 PatchOp = dict[str, Any]
 

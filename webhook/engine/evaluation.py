@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from webhook import hints
-from webhook.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
-from webhook.constraints import NodeConstraints
-from webhook.decision import Change, Classification, Context, Decision, Obj, bounded, shorten
-from webhook.grace import GraceBudget, grace_budget
-from webhook.jsoncompare import same_json
-from webhook.placement import PREFERRED, REQUIRED, Outcome, check, place
-from webhook.podshape import shape_problem
-from webhook.policy import Mode, Policy, WorkloadClass
-from webhook.trust import exemption
-from webhook.workloads import (
+from webhook.engine import hints
+from webhook.engine.classify import WORKLOAD_ANNOTATION, PodFacts, Verdict, classify
+from webhook.engine.constraints import NodeConstraints
+from webhook.engine.decision import Change, Classification, Context, Decision, Obj, bounded, shorten
+from webhook.engine.grace import GraceBudget, grace_budget
+from webhook.engine.jsoncompare import same_json
+from webhook.engine.placement import PREFERRED, REQUIRED, Outcome, check, place
+from webhook.engine.podshape import shape_problem
+from webhook.engine.policy import Mode, Policy, WorkloadClass
+from webhook.engine.trust import exemption
+from webhook.engine.workloads import (
     WorkloadKind,
     controller_kind,
     display_name,

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import constraints
-from webhook.constraints import LabelState, NodeConstraints, TermView
-from webhook.decision import Change, shorten
-from webhook.grace import GraceBudget, adjust_grace, grace_violation
-from webhook.policy import Placement, Policy, WorkloadClass
+from webhook.engine import constraints
+from webhook.engine.constraints import LabelState, NodeConstraints, TermView
+from webhook.engine.decision import Change, shorten
+from webhook.engine.grace import GraceBudget, adjust_grace, grace_violation
+from webhook.engine.policy import Placement, Policy, WorkloadClass
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.decision import Context, Decision, Obj, Requester
-from webhook.engine import evaluate
-from webhook.manifests import load_manifests
-from webhook.patch import apply_patch, make_patch
-from webhook.podshape import describe
-from webhook.policy import Policy
-from webhook.policy_files import load_policy
+from webhook.engine.decision import Context, Decision, Obj, Requester
+from webhook.engine.evaluation import evaluate
+from webhook.engine.patch import apply_patch, make_patch
+from webhook.engine.podshape import describe
+from webhook.engine.policy import Policy
+from webhook.loading.manifests import load_manifests
+from webhook.loading.policies import load_policy
 
 CASE_KIND = "PlacementTest"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")

@@ -10,13 +10,13 @@ from typing import NoReturn
 import click
 
 from webhook import __version__
-from webhook.cases import CaseError, CaseResult, policy_dirs, run_policy_dir
-from webhook.cli_server import certs_command, serve_command
-from webhook.dryrun import Result, check
-from webhook.manifests import load_manifests
-from webhook.policy import Policy
-from webhook.policy_files import PolicyError, builtin_policy, load_policy
-from webhook.report import ExitStatus, exit_status, render_explain, render_json, render_text
+from webhook.cli.dryrun import Result, check
+from webhook.cli.policy_tests import CaseError, CaseResult, policy_dirs, run_policy_dir
+from webhook.cli.report import ExitStatus, exit_status, render_explain, render_json, render_text
+from webhook.cli.server_commands import certs_command, serve_command
+from webhook.engine.policy import Policy
+from webhook.loading.manifests import load_manifests
+from webhook.loading.policies import PolicyError, builtin_policy, load_policy
 
 CHECK_EXAMPLES = """
 \b

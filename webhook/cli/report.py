@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.dryrun import Result
+from webhook.cli.dryrun import Result
 
 
 class ExitStatus(enum.IntEnum):

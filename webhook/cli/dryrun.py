@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.decision import Context, Decision
-from webhook.engine import evaluate
-from webhook.manifests import Document, InputError, Manifests
-from webhook.patch import PatchOp, make_patch
-from webhook.policy import Policy
+from webhook.engine.decision import Context, Decision
+from webhook.engine.evaluation import evaluate
+from webhook.engine.patch import PatchOp, make_patch
+from webhook.engine.policy import Policy
+from webhook.loading.manifests import Document, InputError, Manifests
 
 
 @dataclass(frozen=True)

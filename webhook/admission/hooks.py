@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from webhook import review
-from webhook.decision import Context, Decision, Obj
-from webhook.patch import make_patch
-from webhook.policy import Mode, Policy
-from webhook.review import AdmissionReview, Request
+from webhook.admission import review
+from webhook.admission.review import AdmissionReview, Request
+from webhook.engine.decision import Context, Decision, Obj
+from webhook.engine.patch import make_patch
+from webhook.engine.policy import Mode, Policy
 
 Evaluator = Callable[[Obj, Policy, Context], Decision]
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policy import Taint
-from webhook.workloads import mapping_at
+from webhook.engine.policy import Taint
+from webhook.engine.workloads import mapping_at
 
 LabelState = str | None
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.decision import Context, Obj, Requester, shorten
-from webhook.policy import TrustedRequesters
-from webhook.workloads import MIRROR_ANNOTATION, controller_owner, mapping_at
+from webhook.engine.decision import Context, Obj, Requester, shorten
+from webhook.engine.policy import TrustedRequesters
+from webhook.engine.workloads import MIRROR_ANNOTATION, controller_owner, mapping_at
 
 DAEMONSET_API_VERSION = "apps/v1"
 

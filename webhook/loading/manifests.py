@@ -10,11 +10,16 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook import jsondoc
-from webhook.decision import Obj
-from webhook.podshape import describe
-from webhook.workloads import mapping_at, string_map
-from webhook.yamlnodes import alias_problem, bounded_int, problem_line, refuse_duplicate_keys
+from webhook.engine.decision import Obj
+from webhook.engine.podshape import describe
+from webhook.engine.workloads import mapping_at, string_map
+from webhook.loading import jsondoc
+from webhook.loading.yamlnodes import (
+    alias_problem,
+    bounded_int,
+    problem_line,
+    refuse_duplicate_keys,
+)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"

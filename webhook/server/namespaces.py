@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from webhook.admit import NamespaceMeta, NamespaceUnknown
-from webhook.logs import get_logger
-from webhook.metrics import Metrics
-from webhook.review import clip
+from webhook.admission.hooks import NamespaceMeta, NamespaceUnknown
+from webhook.admission.review import clip
+from webhook.server.logs import get_logger
+from webhook.server.metrics import Metrics
 
 # Servers end a watch after this long; a fresh watch from the last version follows.
 WATCH_SECONDS = 300
@@ -31,7 +31,7 @@ LOOKUP_TIMEOUT = (0.5, 1.0)
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
-log = get_logger("webhook.namespaces")
+log = get_logger("webhook.server.namespaces")
 
 ApiFactory = Callable[[], Any]
 

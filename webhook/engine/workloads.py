@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.decision import Obj
+from webhook.engine.decision import Obj
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 

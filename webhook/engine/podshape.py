@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.decision import Obj
+from webhook.engine.decision import Obj
 
 # A shape is a type, a dict of field -> shape (a mapping, fields not named are not checked),
 # a one-item list [shape] (a list of such items), or STRINGS (a mapping of strings to strings).

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.decision import Change, shorten
-from webhook.policy import Policy
+from webhook.engine.decision import Change, shorten
+from webhook.engine.policy import Policy
 
 CHECKPOINT_ANNOTATION = "together.ai/checkpoint-seconds"
 # What the API server sets when a pod leaves the field out, before any webhook sees it.

@@ -1,0 +1,1 @@
+"""The ``preemptguard`` command line."""

@@ -1,0 +1,1 @@
+"""Reading what users write: policy files, manifests and JSON documents of any depth."""
