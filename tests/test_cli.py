@@ -280,3 +280,65 @@ def test_module_entry_point() -> None:
         [sys.executable, "-m", "webhook", "--version"], capture_output=True, text=True, check=False
     )
     assert proc.stdout.strip() == "preemptguard, version 0.1.0"
+
+
+def test_numbers_longer_than_python_reads_are_bad_input_or_unread(tmp_path) -> None:
+    digits = "1" * 5000
+    (tmp_path / "big.yaml").write_text(
+        f"apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\nspec: {{terminationGracePeriodSeconds: {digits}}}\n"
+    )
+    proc = run("check", "-f", str(tmp_path / "big.yaml"))
+    assert proc.returncode == 2
+    assert (
+        "big.yaml:4: not valid YAML: the number 11111111111111111111... has too many digits"
+        in proc.stderr
+    )
+    (tmp_path / "big.json").write_text(
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": {"x": '
+        + digits
+        + "}}"
+    )
+    proc = run("check", "-f", str(tmp_path / "big.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_key_written_twice_in_json_is_bad_input(tmp_path) -> None:
+    (tmp_path / "dup.json").write_text(
+        '{"apiVersion": "v1", "kind": "Pod", "kind": "Pod", "metadata": {}}'
+    )
+    proc = run("check", "-f", str(tmp_path / "dup.json"))
+    assert proc.returncode == 2
+    assert f"{tmp_path / 'dup.json'}: not valid JSON: duplicate key 'kind'" in proc.stderr
+
+
+def test_an_endless_input_is_cut_and_said_so() -> None:
+    proc = run("check", "-f", "/dev/zero")
+    assert proc.returncode == 2
+    assert (
+        "error: /dev/zero: more than 64 MiB: not read; split it into smaller files" in proc.stderr
+    )
+    assert "1 input error (see above): nothing was checked there" in proc.stdout
+
+
+def test_lone_surrogates_are_printed_escaped(tmp_path) -> None:
+    (tmp_path / "s.json").write_text(
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a\\ud800b", "namespace": "x",'
+        ' "annotations": {"together.ai/workload": "c\\udfff"}}, "spec": {"containers": []}}'
+    )
+    for command in (["check"], ["check", "-o", "json"], ["explain"]):
+        proc = run(*command, "-f", str(tmp_path / "s.json"))
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "\\ud800" in proc.stdout
+
+
+def test_the_text_summary_counts_input_errors(tmp_path) -> None:
+    (tmp_path / "bad.yaml").write_text("kind: [\n")
+    proc = run("check", "-f", str(tmp_path / "bad.yaml"), "-f", "examples/untouched.yaml")
+    assert proc.returncode == 2
+    assert (
+        proc.stdout.rstrip()
+        .splitlines()[-1]
+        .endswith("; 1 input error (see above): nothing was checked there")
+    )

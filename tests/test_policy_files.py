@@ -133,6 +133,30 @@ def line_of(text: str, needle: str) -> int:
             "checkpointMarginSeconds: 300",
             id="margin-as-long-as-the-grace-period",
         ),
+        pytest.param(
+            "    - name: login\n",
+            "    - name: none\n",
+            "spec.classes[3].name",
+            "'none' is a word preemptguard's output uses for itself",
+            "- name: none",
+            id="reserved-class-name",
+        ),
+        pytest.param(
+            "defaultClass: null",
+            "defaultClass: unclassified",
+            "spec.defaultClass",
+            "'unclassified' is a word preemptguard's output uses for itself",
+            "defaultClass: unclassified",
+            id="reserved-default-class",
+        ),
+        pytest.param(
+            "  defaultClass: null",
+            "  defaultClass: null\n  trustedRequesters:\n    daemonSetControllers: system:kube-controller-manager",
+            "spec.trustedRequesters.daemonSetControllers",
+            "is not of type 'array'",
+            "daemonSetControllers: system:kube-controller-manager",
+            id="trusted-requesters-not-a-list",
+        ),
     ],
 )
 def test_invalid_policy_names_file_line_and_field(
@@ -217,3 +241,10 @@ def test_taint_can_be_switched_off(tmp_path) -> None:
 def test_missing_directory_is_refused(tmp_path) -> None:
     with pytest.raises(PolicyError, match="no such policy file or directory"):
         load_policy(tmp_path / "nope")
+
+
+def test_the_reserved_class_names_are_the_schemas() -> None:
+    from webhook.engine.policy import RESERVED_CLASS_NAMES
+    from webhook.loading.policies import policy_schema
+
+    assert set(policy_schema()["$defs"]["className"]["not"]["enum"]) == RESERVED_CLASS_NAMES

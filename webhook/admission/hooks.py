@@ -15,7 +15,7 @@ from typing import Any
 
 from webhook.admission import review
 from webhook.admission.review import AdmissionReview, Request
-from webhook.engine.decision import Context, Decision, Obj
+from webhook.engine.decision import Context, Decision, Obj, bounded, shorten
 from webhook.engine.patch import make_patch
 from webhook.engine.policy import Mode, Policy
 
@@ -131,7 +131,7 @@ def admit(
             review.allowed(request), Outcome.SKIPPED, decision, detail=decision.skipped
         )
     if not decision.allowed:
-        message = "; ".join(decision.violations)
+        message = bounded("; ".join(decision.violations))
         answer = review.denied(request, message, warnings=decision.warnings, audit=_audit(decision))
         return Admission.of(answer, Outcome.REFUSED, decision, detail=message)
     if hook is Hook.MUTATE:
@@ -201,8 +201,9 @@ def _validated(request: Request, decision: Decision, policy: Policy) -> Admissio
 
 def _unplaced(decision: Decision) -> str:
     """Why a pod that the mutating hook would have changed cannot be admitted as it is."""
-    missing = "; ".join(f"{c.field}: {c.reason}" for c in decision.changes)
-    return (
+    # Cut, so that the advice after it survives the limit on messages.
+    missing = shorten("; ".join(f"{c.field}: {c.reason}" for c in decision.changes), 500)
+    return bounded(
         f"the pod reached validation without the placement of its class "
         f"{decision.workload_class} ({missing}): the mutating webhook did not run or another "
         f"webhook undid its changes; check preemptguard's MutatingWebhookConfiguration "

@@ -40,6 +40,10 @@ from webhook.server.metrics import Metrics
 # stray client make the server buffer an arbitrary amount.
 MAX_BODY_BYTES = 7 * 1024 * 1024
 
+# Set in a request's WSGI environ when its connection must close after the answer (the WSGI
+# server in webhook.server.gunicorn honours it; an app cannot set Connection itself).
+CLOSE_CONNECTION = "preemptguard.close_connection"
+
 PolicySource = Callable[[], Policy | None]
 ReadinessCheck = Callable[[], str | None]
 
@@ -171,11 +175,10 @@ class _Handler:
     def _bad_request(self, hook: Hook, exc: BadReview) -> Response:
         self.metrics.bad_requests.labels(hook=hook.value).inc()
         log.warning("bad_request", hook=hook.value, reason=str(exc), path=clip(request.path))
-        response = _text(400, str(exc))
         # A body left unread (refused on its headers, or cut off) would be read as the next
         # request on a kept-alive connection; close it instead.
-        response.headers["Connection"] = "close"
-        return response
+        request.environ[CLOSE_CONNECTION] = True
+        return _text(400, str(exc))
 
     def _busy(self, hook: Hook, body: bytes, started: float) -> Response:
         """Refuse a large review that cannot be checked before the API server's deadline."""

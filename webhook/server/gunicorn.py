@@ -34,6 +34,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
+from webhook.server.app import CLOSE_CONNECTION
 from webhook.server.logs import stdlib_config
 
 WSGIApp = Callable[..., Any]
@@ -243,7 +244,26 @@ class _Application(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> WSGIApp:
-        return self.wsgi_app
+        return closing_when_asked(self.wsgi_app)
+
+
+def closing_when_asked(app: WSGIApp) -> WSGIApp:
+    """``app``, closing the connection after a request whose environ asks for it.
+
+    gunicorn drops a Connection header set by the app and keeps the connection alive; the
+    response object behind ``start_response`` can be told to close it instead.
+    """
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        body = app(environ, start_response)
+        if environ.get(CLOSE_CONNECTION):
+            response = getattr(start_response, "__self__", None)
+            force_close = getattr(response, "force_close", None)
+            if force_close is not None:
+                force_close()
+        return body
+
+    return wrapped
 
 
 def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> dict[str, Any]:
