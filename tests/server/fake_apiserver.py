@@ -28,6 +28,7 @@ class FakeApiServer:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.version = 1
         self.lists = 0
+        self.reads: list[str] = []  # names read one by one (GET /api/v1/namespaces/NAME)
         self.watches: queue.Queue[queue.Queue[object]] = queue.Queue()
         self._open: list[queue.Queue[object]] = []
         handler = self._handler()
@@ -81,6 +82,10 @@ class FakeApiServer:
 
             def do_GET(self) -> None:
                 url = urlparse(self.path)
+                prefix = "/api/v1/namespaces/"
+                if url.path.startswith(prefix) and "/" not in url.path[len(prefix) :]:
+                    self._read(url.path[len(prefix) :])
+                    return
                 if url.path != "/api/v1/namespaces":
                     self.send_error(404)
                     return
@@ -88,6 +93,22 @@ class FakeApiServer:
                     self._watch()
                 else:
                     self._list()
+
+            def _read(self, name: str) -> None:
+                fake.reads.append(name)
+                if name not in fake.namespaces:
+                    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                       "reason": "NotFound", "code": 404}).encode()  # fmt: skip
+                    self.send_response(404)
+                else:
+                    body = json.dumps(
+                        namespace(name, fake.namespaces[name], str(fake.version))
+                    ).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def _list(self) -> None:
                 fake.lists += 1

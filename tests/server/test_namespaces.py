@@ -17,6 +17,7 @@ from tests.server.helpers import (
     wait_for,
     with_object,
 )
+from webhook.admission.hooks import NamespaceUnknown
 from webhook.server.metrics import Metrics
 from webhook.server.namespaces import NamespaceCache
 
@@ -151,5 +152,74 @@ def test_server_classifies_by_namespace_and_keeps_answering_when_the_cluster_goe
         assert again["auditAnnotations"]["workload-class"] == "interruptible"
         client.close()
         assert server.log_events("namespace_cache_unsynced")
+    finally:
+        assert server.terminate() == 0, server.logs()
+
+
+def test_a_namespace_not_yet_in_the_cache_is_read_directly(
+    fake: FakeApiServer, cache: NamespaceCache
+) -> None:
+    fake.next_watch()
+    fake.namespaces["brand-new"] = {DEFAULT: "serving"}  # created; its watch event not yet seen
+    meta = cache.lookup("brand-new")
+    assert meta.annotations == {DEFAULT: "serving"}
+    assert fake.reads == ["brand-new"]
+    assert cache.lookup("team-a").annotations == {DEFAULT: "interruptible"}
+    assert fake.reads == ["brand-new"], "a cached namespace is not read again"
+    assert cache.lookup("gone").annotations == {}  # 404: no such namespace, no default
+
+
+def test_a_namespace_that_cannot_be_read_is_unknown_not_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = FakeApiServer()
+    monkeypatch.setenv("KUBECONFIG", str(gone.kubeconfig(tmp_path / "kubeconfig")))
+    gone.close()
+    cache = NamespaceCache.from_environment(Metrics(), backoff=FAST)
+    cache.start()
+    try:
+        assert cache.not_ready() == "the namespace cache has not listed the namespaces yet"
+        with pytest.raises(
+            NamespaceUnknown, match="namespace team-a is not in preemptguard's cache"
+        ):
+            cache.lookup("team-a")
+        assert gauge(cache, "preemptguard_namespace_lookup_failures_total") == 1
+    finally:
+        cache.stop()
+
+
+def test_without_a_cluster_there_is_nothing_to_wait_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cache = NamespaceCache.from_environment(Metrics())
+    assert cache.not_ready() is None
+    assert cache.lookup("team-a").annotations == {}
+
+
+def test_the_server_is_not_ready_until_the_namespaces_are_listed(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    gone = FakeApiServer()
+    kubeconfig = gone.kubeconfig(tmp_path / "kubeconfig")
+    gone.close()
+    port, metrics_port = free_port(), free_port()
+    server = ServerProcess(
+        serve_args(tls_dir, port, metrics_port),
+        ca=tls_dir / "ca.crt",
+        log=tmp_path / "server.log",
+        port=port,
+        metrics_port=metrics_port,
+        env={"KUBECONFIG": str(kubeconfig)},
+    )
+    try:
+        client = server.client()
+        reply = client.get("/readyz")
+        assert reply.status == 503
+        assert reply.body == b"not ready: the namespace cache has not listed the namespaces yet\n"
+        # Reviews are still answered: a namespace that cannot be read fails the review (500).
+        answer = client.post("/mutate", fixture("create-pod-sweep-mutate"))
+        assert answer.status == 500
+        assert b"cannot be known" in answer.body
+        client.close()
     finally:
         assert server.terminate() == 0, server.logs()
