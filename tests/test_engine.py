@@ -420,7 +420,7 @@ def test_warn_mode_allows_and_reports(policy) -> None:
     obj = pod({"containers": C, "nodeSelector": {KEY: "standard"}})
     decision = evaluate(obj, warn, CTX)
     assert decision.allowed
-    assert decision.refused
+    assert decision.enforce_refuses
     assert decision.mutated == obj
     assert any(
         w.startswith("would be refused in enforce mode: class interruptible")
@@ -470,7 +470,7 @@ def test_a_standard_pod_whose_only_matching_term_requires_preemptible_is_refused
         },
     }
     decision = evaluate(pod(spec, {"together.ai/workload": "serving"}), policy, CTX)
-    assert decision.refused
+    assert decision.enforce_refuses
     assert (
         "requires preemptible capacity through its required node affinity terms"
         in (decision.violations[0])
@@ -494,13 +494,13 @@ def test_workload_updates_that_keep_the_template_pass(policy) -> None:
     """A serving Deployment pinned to preemptible nodes, admitted before enforcement began."""
     old = _deployment("serving", 2)
     scaled = evaluate(
-        _deployment("serving", 0), policy, Context("UPDATE", "team-a", old_object=old)
+        _deployment("serving", 0), policy, Context(operation="UPDATE", namespace="team-a", old_object=old)
     )
     assert (scaled.allowed, scaled.skipped) == (True, "the pod template did not change")
     deleting = evaluate(
         _deployment("serving", 2, deletionTimestamp="2026-12-03T07:00:00Z", finalizers=[]),
         policy,
-        Context("UPDATE", "team-a", old_object=None),
+        Context(operation="UPDATE", namespace="team-a", old_object=None),
     )
     assert (deleting.allowed, deleting.skipped) == (True, "the object is being deleted")
 
@@ -508,16 +508,16 @@ def test_workload_updates_that_keep_the_template_pass(policy) -> None:
 def test_workload_updates_that_change_the_template_are_judged(policy) -> None:
     old = _deployment("flexible", 2)
     decision = evaluate(
-        _deployment("serving", 2), policy, Context("UPDATE", "team-a", old_object=old)
+        _deployment("serving", 2), policy, Context(operation="UPDATE", namespace="team-a", old_object=old)
     )
-    assert decision.refused
+    assert decision.enforce_refuses
     assert "class serving must run on standard nodes" in decision.violations[0]
 
 
 def test_user_values_in_reasons_are_cut_short(policy) -> None:
     long_class = "x" * 20_000
     decision = evaluate(pod({"containers": C}, {"together.ai/workload": long_class}), policy, CTX)
-    assert decision.refused
+    assert decision.enforce_refuses
     assert all(len(v) < 300 for v in decision.violations), decision.violations
     digits = "9" * 5_000  # past Python's limit on converting digit strings
     decision = evaluate(
@@ -528,6 +528,6 @@ def test_user_values_in_reasons_are_cut_short(policy) -> None:
         policy,
         CTX,
     )
-    assert decision.refused
+    assert decision.enforce_refuses
     assert "must be a whole number of seconds" in decision.violations[0]
     assert len(decision.violations[0]) < 300

@@ -11,7 +11,8 @@ import yaml
 
 from tests.conftest import POLICIES, REPO
 from webhook.engine.policy import Mode, Placement
-from webhook.loading.policies import PolicyError, builtin_policy, load_policy, policy_schema
+from webhook.errors import PolicyError
+from webhook.loading.policies import builtin_policy, load_policy, policy_schema
 
 GOOD = (POLICIES / "default" / "policy.yaml").read_text()
 

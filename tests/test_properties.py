@@ -241,7 +241,7 @@ def test_standard_only_pods_never_fit_a_preemptible_node(obj: dict[str, Any]) ->
 @given(pods())
 def test_refused_pods_are_not_mutated(obj: dict[str, Any]) -> None:
     decision = evaluate(obj, POLICY, CTX)
-    if decision.refused:
+    if decision.enforce_refuses:
         assert decision.mutated == obj
         assert decision.changes == ()
 

@@ -13,12 +13,12 @@ from webhook.loading.policies import builtin_policy, parse_policy
 
 KEY = "together.ai/compute-class"
 DS_CONTROLLER = Requester(
-    "system:serviceaccount:kube-system:daemon-set-controller",
-    ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"),
+    username="system:serviceaccount:kube-system:daemon-set-controller",
+    groups=("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"),
 )
-KCM = Requester("system:kube-controller-manager", ("system:authenticated",))
-NODE = Requester("system:node:gpu-7", ("system:nodes", "system:authenticated"))
-ALICE = Requester("alice", ("team-a", "system:authenticated"))
+KCM = Requester(username="system:kube-controller-manager", groups=("system:authenticated",))
+NODE = Requester(username="system:node:gpu-7", groups=("system:nodes", "system:authenticated"))
+ALICE = Requester(username="alice", groups=("team-a", "system:authenticated"))
 
 
 def serving_pod(**meta: Any) -> dict[str, Any]:
@@ -102,7 +102,10 @@ def test_the_daemonset_controller_creating_a_daemonset_pod_leaves_it_alone(
             id="an-old-group",
         ),
         pytest.param(
-            Requester("", ()), owned_by("DaemonSet"), "an anonymous user created it", id="anonymous"
+            Requester(username="", groups=()),
+            owned_by("DaemonSet"),
+            "an anonymous user created it",
+            id="anonymous",
         ),
     ],
 )
@@ -130,8 +133,10 @@ def test_a_node_creating_a_mirror_pod_leaves_it_alone() -> None:
     "requester",
     [
         ALICE,
-        Requester("system:node:gpu-7", ("system:authenticated",)),  # the name without the group
-        Requester("node-gpu-7", ("system:nodes",)),  # the group without the name
+        Requester(
+            username="system:node:gpu-7", groups=("system:authenticated",)
+        ),  # the name without the group
+        Requester(username="node-gpu-7", groups=("system:nodes",)),  # the group without the name
         DS_CONTROLLER,
     ],
     ids=["a-user", "no-node-group", "no-node-name", "daemonset-controller"],
@@ -162,14 +167,16 @@ def test_the_trusted_identities_are_policy_settings() -> None:
     )
     policy = parse_policy(text, source="policy.yaml")
     assert policy.trusted == TrustedRequesters(
-        ("system:serviceaccount:platform:ds-operator",), "nodes.example.com", "node:"
+        daemonset_controllers=("system:serviceaccount:platform:ds-operator",),
+        node_group="nodes.example.com",
+        node_username_prefix="node:",
     )
-    operator = Requester("system:serviceaccount:platform:ds-operator", ())
+    operator = Requester(username="system:serviceaccount:platform:ds-operator", groups=())
     assert decide(serving_pod(ownerReferences=owned_by("DaemonSet")), operator, policy).skipped
     assert not decide(
         serving_pod(ownerReferences=owned_by("DaemonSet")), DS_CONTROLLER, policy
     ).allowed
-    node = Requester("node:gpu-1", ("nodes.example.com",))
+    node = Requester(username="node:gpu-1", groups=("nodes.example.com",))
     assert decide(serving_pod(annotations=MIRROR), node, policy).skipped
     assert not decide(serving_pod(annotations=MIRROR), NODE, policy).allowed
 

@@ -13,7 +13,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.server.helpers import WARN_POLICY, fixture, with_object
-from webhook.admission.hooks import NamespaceMeta
+from webhook.admission.namespaces import NamespaceMeta
 from webhook.engine.decision import Context, Decision, Obj
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy, parse_policy
@@ -100,7 +100,7 @@ def test_namespace_annotations_reach_the_engine() -> None:
 
     def lookup(namespace: str) -> NamespaceMeta:
         seen.append(namespace)
-        return NamespaceMeta({"together.ai/default-workload": "interruptible"})
+        return NamespaceMeta(annotations={"together.ai/default-workload": "interruptible"})
 
     pod = copy.deepcopy(SWEEP["request"]["object"])
     del pod["metadata"]["annotations"]

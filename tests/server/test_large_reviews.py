@@ -17,8 +17,9 @@ from flask.testing import FlaskClient
 
 from tests import adversarial
 from tests.server.helpers import ServerProcess, client_context, fixture
-from webhook.admission.hooks import NamespaceMeta, NamespaceUnknown
+from webhook.admission.namespaces import NamespaceMeta
 from webhook.engine.decision import MAX_MESSAGE_CHARS
+from webhook.errors import NamespaceUnknown
 from webhook.loading.policies import builtin_policy
 from webhook.server import logs
 from webhook.server.app import create_app
@@ -104,7 +105,7 @@ def test_a_large_review_in_a_namespace_the_server_looks_up_first(offloaded: Offl
 
     def lookup(namespace: str) -> NamespaceMeta:
         seen.append(namespace)
-        return NamespaceMeta({"together.ai/default-workload": "interruptible"})
+        return NamespaceMeta(annotations={"together.ai/default-workload": "interruptible"})
 
     client = app_client(offloaded, namespaces=lookup)
     pod = adversarial.many_tolerations()

@@ -17,7 +17,7 @@ from tests.server.helpers import (
     wait_for,
     with_object,
 )
-from webhook.admission.hooks import NamespaceUnknown
+from webhook.errors import NamespaceUnknown
 from webhook.server.metrics import Metrics
 from webhook.server.namespaces import NamespaceCache
 

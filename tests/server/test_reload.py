@@ -24,10 +24,10 @@ from tests.server.helpers import (
     serve_args,
     wait_for,
 )
-from webhook.loading.policies import PolicyError
+from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs, logs, reload
 from webhook.server.metrics import Metrics
-from webhook.server.reload import CertificateError, CertStore, PolicyStore
+from webhook.server.reload import CertStore, PolicyStore
 
 COORDINATOR = fixture("create-pod-coordinator-0-mutate")
 

@@ -8,46 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
+from webhook import engine
 from webhook.admission import review
-from webhook.admission.review import AdmissionReview, Request
-from webhook.engine.decision import Context, Decision, Obj, bounded, shorten
-from webhook.engine.patch import make_patch
+from webhook.admission.core import Evaluator, Judgement, Subject, judge
+from webhook.admission.namespaces import NamespaceLookup
+from webhook.admission.review import ECHO_CHARS, AdmissionReview, Request
+from webhook.engine.decision import Decision
+from webhook.engine.findings import Code, Finding, bounded, finding, shorten
 from webhook.engine.policy import Mode, Policy
-
-Evaluator = Callable[[Obj, Policy, Context], Decision]
-
-_EMPTY: Mapping[str, str] = MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class NamespaceMeta:
-    """What the engine reads of the request's namespace."""
-
-    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-
-
-class NamespaceUnknown(Exception):
-    """The namespace's annotations cannot be known now; ``str()`` says why.
-
-    Guessing "no default class" could let a pod through unplaced, so the review fails
-    instead (HTTP 500) and the webhook's failurePolicy decides.
-    """
-
-
-# Looks up a namespace (never None); raises NamespaceUnknown.
-NamespaceLookup = Callable[[str], NamespaceMeta]
-
-
-def no_namespaces(namespace: str) -> NamespaceMeta:
-    """The lookup when no cluster is configured: no namespace has annotations."""
-    return NamespaceMeta()
-
 
 CLASS_AUDIT_KEY = "workload-class"
 SOURCE_AUDIT_KEY = "classified-by"
@@ -101,12 +72,12 @@ class Admission:
         return dataclasses.replace(self, decision=None)
 
 
-def admit(
+def answer(
     hook: Hook,
     request: Request,
     policy: Policy,
     namespaces: NamespaceLookup,
-    evaluate: Evaluator,
+    evaluate: Evaluator = engine.evaluate,
 ) -> Admission:
     """Answer ``request`` on ``hook``.
 
@@ -114,28 +85,53 @@ def admit(
     """
     reason = _not_checked(hook, request)
     if reason is not None:
-        return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason)
-    assert request.object is not None  # parse_review requires it for CREATE and UPDATE
-    meta = _namespace(request, policy, namespaces)
-    context = Context(
+        return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason.message)
+    judged = judge(_subject(request), policy, namespaces, evaluate)
+    return respond(hook, request, judged, policy)
+
+
+def answers(
+    request: Request, policy: Policy, namespaces: NamespaceLookup
+) -> tuple[Judgement | None, dict[Hook, Admission]]:
+    """What both hooks answer for ``request``, judged once (None when there is no object to
+    judge), as ``preemptguard check`` shows for a review given to it."""
+    judged = None
+    if request.object is not None:
+        judged = judge(_subject(request), policy, namespaces)
+    found: dict[Hook, Admission] = {}
+    for hook in Hook:
+        reason = _not_checked(hook, request)
+        if reason is not None or judged is None:
+            detail = reason.message if reason is not None else ""
+            found[hook] = Admission(review.allowed(request), Outcome.SKIPPED, detail=detail)
+        else:
+            found[hook] = respond(hook, request, judged, policy)
+    return judged, found
+
+
+def _subject(request: Request) -> Subject:
+    assert request.object is not None
+    return Subject(
+        obj=request.object,
         operation=request.operation,
         namespace=request.namespace,
-        namespace_annotations=meta.annotations,
         old_object=request.old_object,
         requester=request.requester,
-        namespace_labels=meta.labels,
     )
-    decision = evaluate(request.object, policy, context)
-    if decision.skipped is not None:
-        return Admission.of(
-            review.allowed(request), Outcome.SKIPPED, decision, detail=decision.skipped
-        )
+
+
+def respond(hook: Hook, request: Request, judged: Judgement, policy: Policy) -> Admission:
+    """The review ``hook`` answers for ``judged``."""
+    decision = judged.decision
+    if decision.skip is not None:
+        answer = review.allowed(request)
+        return Admission.of(answer, Outcome.SKIPPED, decision, detail=decision.skip.message)
     if not decision.allowed:
         message = bounded("; ".join(decision.violations))
         answer = review.denied(request, message, warnings=decision.warnings, audit=_audit(decision))
         return Admission.of(answer, Outcome.REFUSED, decision, detail=message)
     if hook is Hook.MUTATE:
-        return _mutated(request, decision)
+        return _mutated(request, judged)
     return _validated(request, decision, policy)
 
 
@@ -146,9 +142,9 @@ def internal_error(request: Request) -> str:
     failurePolicy: a bug here does not refuse pods with a message saying nothing to change.
     """
     message = (
-        f"internal error while checking {review.clip(request.kind)} "
-        f"{review.clip(_where(request))}; the preemptguard log has the details under uid "
-        f"{review.clip(request.uid)}"
+        f"internal error while checking {shorten(request.kind, ECHO_CHARS)} "
+        f"{shorten(_where(request), ECHO_CHARS)}; the preemptguard log has the details under "
+        f"uid {shorten(request.uid, ECHO_CHARS)}"
     )
     return " ".join(message.split())
 
@@ -158,28 +154,21 @@ def unavailable(request: Request, why: str) -> Admission:
     return Admission(review.errored(request, why, code=503), Outcome.ERROR, detail=why)
 
 
-def _namespace(request: Request, policy: Policy, namespaces: NamespaceLookup) -> NamespaceMeta:
-    # An excluded namespace is skipped by the engine: no need to know anything about it.
-    if request.namespace is None or request.namespace in policy.excluded_namespaces:
-        return NamespaceMeta()
-    return namespaces(request.namespace)
-
-
-def _not_checked(hook: Hook, request: Request) -> str | None:
+def _not_checked(hook: Hook, request: Request) -> Finding | None:
+    """What a hook leaves alone whatever the object: the rest is the engine's to decide."""
     if request.sub_resource:
-        return f"subresource {request.sub_resource} is not checked"
-    if request.operation not in ("CREATE", "UPDATE"):
-        return f"{request.operation} is not checked"
-    if request.is_pod and request.operation == "UPDATE":
-        return "pods are placed when created; the API server forbids changing placement later"
+        message = f"subresource {shorten(request.sub_resource, ECHO_CHARS)} is not checked"
+        return finding(Code.SUBRESOURCE, message)
+    if request.object is None:  # DELETE and CONNECT carry none
+        return finding(Code.OPERATION_NOT_CHECKED, f"{request.operation} is not checked")
     if hook is Hook.MUTATE and not request.is_pod:
-        return "workload templates are checked by /validate, never mutated"
+        message = "workload templates are checked by /validate, never mutated"
+        return finding(Code.NOT_MUTATED, message)
     return None
 
 
-def _mutated(request: Request, decision: Decision) -> Admission:
-    assert request.object is not None
-    ops = make_patch(request.object, decision.mutated)
+def _mutated(request: Request, judged: Judgement) -> Admission:
+    decision, ops = judged.decision, judged.patch
     answer = review.patched(request, ops, warnings=decision.warnings, audit=_audit(decision))
     outcome = Outcome.PATCHED if ops else _allowed_outcome(decision)
     return Admission.of(answer, outcome, decision, patch_ops=len(ops))
@@ -202,7 +191,7 @@ def _validated(request: Request, decision: Decision, policy: Policy) -> Admissio
 def _unplaced(decision: Decision) -> str:
     """Why a pod that the mutating hook would have changed cannot be admitted as it is."""
     # Cut, so that the advice after it survives the limit on messages.
-    missing = shorten("; ".join(f"{c.field}: {c.reason}" for c in decision.changes), 500)
+    missing = shorten("; ".join(f"{c.path}: {c.message}" for c in decision.changes), 500)
     return bounded(
         f"the pod reached validation without the placement of its class "
         f"{decision.workload_class} ({missing}): the mutating webhook did not run or another "

@@ -13,7 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, cast, get_args
 
-from webhook.engine.decision import Obj, Operation, Requester, shorten
+from webhook.engine.decision import AdmissionOperation, Obj, Requester
+from webhook.engine.findings import shorten
+from webhook.engine.podshape import describe
+from webhook.engine.workloads import display_name
+from webhook.errors import BadReview
 from webhook.loading import jsondoc
 
 API_VERSION = "admission.k8s.io/v1"
@@ -57,10 +61,6 @@ class AdmissionReview(TypedDict):
     response: AdmissionResponse
 
 
-class BadReview(ValueError):
-    """The body is not an AdmissionReview this server can answer; ``str()`` is one line."""
-
-
 @dataclass(frozen=True)
 class Request:
     """The parts of an AdmissionReview request the server acts on and logs."""
@@ -69,7 +69,7 @@ class Request:
     uid: str
     kind: str
     group: str
-    operation: Operation
+    operation: AdmissionOperation
     namespace: str | None
     name: str
     sub_resource: str | None
@@ -85,7 +85,7 @@ class Request:
 
     @property
     def requester(self) -> Requester:
-        return Requester(self.user, self.groups)
+        return Requester(username=self.user, groups=self.groups)
 
 
 def loads(body: bytes) -> object:
@@ -99,12 +99,12 @@ def loads(body: bytes) -> object:
 def parse_review(doc: object) -> Request:
     """The request of an AdmissionReview document, or ``BadReview`` saying what is wrong."""
     if not isinstance(doc, dict):
-        raise BadReview(f"not an AdmissionReview: the body is a JSON {_json_type(doc)}")
+        raise BadReview(f"not an AdmissionReview: the body is {describe(doc, json=True)}")
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     if api_version not in API_VERSIONS or kind != REVIEW_KIND:
         raise BadReview(
-            f"not an AdmissionReview: apiVersion {clip(repr(api_version))}, "
-            f"kind {clip(repr(kind))}; "
+            f"not an AdmissionReview: apiVersion {shorten(repr(api_version), ECHO_CHARS)}, "
+            f"kind {shorten(repr(kind), ECHO_CHARS)}; "
             f"expected {API_VERSION} {REVIEW_KIND}"
         )
     request = doc.get("request")
@@ -118,9 +118,9 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     if not isinstance(uid, str) or not uid:
         raise BadReview("request.uid is missing: the answer must echo it")
     operation = raw.get("operation")
-    if operation not in get_args(Operation):
+    if operation not in get_args(AdmissionOperation):
         raise BadReview(
-            f"request.operation {clip(repr(operation))} is not one of "
+            f"request.operation {shorten(repr(operation), ECHO_CHARS)} is not one of "
             "CREATE, UPDATE, DELETE, CONNECT"
         )
     obj, old = _object(raw, "object"), _object(raw, "oldObject")
@@ -132,9 +132,9 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
         uid=uid,
         kind=_text(gvk, "kind", "request.kind") or _text(obj or {}, "kind", "object.kind"),
         group=_text(gvk, "group", "request.kind"),
-        operation=cast(Operation, operation),
+        operation=cast(AdmissionOperation, operation),
         namespace=_text(raw, "namespace", "request") or None,
-        name=_text(raw, "name", "request") or _display_name(obj or old or {}),
+        name=_text(raw, "name", "request") or display_name(obj or old or {}, pending=""),
         sub_resource=_text(raw, "subResource", "request") or None,
         user=_text(_mapping(raw, "userInfo"), "username", "request.userInfo"),
         groups=_texts(_mapping(raw, "userInfo"), "groups", "request.userInfo"),
@@ -263,17 +263,12 @@ def _response(
     return response
 
 
-def clip(text: str, limit: int = ECHO_CHARS) -> str:
-    """``text`` from the request cut for a reason or a log field."""
-    return shorten(text, limit)
-
-
 def _object(raw: Mapping[str, Any], key: str) -> Obj | None:
     value = raw.get(key)
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise BadReview(f"request.{key} is a JSON {_json_type(value)}, not an object")
+        raise BadReview(f"request.{key} is {describe(value, json=True)}, not an object")
     return value
 
 
@@ -282,7 +277,7 @@ def _mapping(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise BadReview(f"request.{key} is a JSON {_json_type(value)}, not an object")
+        raise BadReview(f"request.{key} is {describe(value, json=True)}, not an object")
     return value
 
 
@@ -291,7 +286,7 @@ def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise BadReview(f"{where}.{key} is a JSON {_json_type(value)}, not a string")
+        raise BadReview(f"{where}.{key} is {describe(value, json=True)}, not a string")
     return value
 
 
@@ -309,24 +304,8 @@ def _flag(raw: Mapping[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise BadReview(f"request.{key} is a JSON {_json_type(value)}, not a boolean")
+        raise BadReview(f"request.{key} is {describe(value, json=True)}, not a boolean")
     return value
-
-
-def _display_name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return ""
-    for key in ("name", "generateName"):
-        value = meta.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return names.get(type(value), "number")
 
 
 def _one_line(exc: Exception) -> str:

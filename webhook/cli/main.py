@@ -11,12 +11,13 @@ import click
 
 from webhook import __version__
 from webhook.cli.dryrun import Result, check
-from webhook.cli.policy_tests import CaseError, CaseResult, policy_dirs, run_policy_dir
+from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
 from webhook.cli.report import ExitStatus, exit_status, render_explain, render_json, render_text
 from webhook.cli.server_commands import certs_command, serve_command
 from webhook.engine.policy import Policy
+from webhook.errors import CaseError, PolicyError
 from webhook.loading.manifests import load_manifests
-from webhook.loading.policies import PolicyError, builtin_policy, load_policy
+from webhook.loading.policies import builtin_policy, load_policy
 
 CHECK_EXAMPLES = """
 \b

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from webhook.engine.decision import Context, Decision, Obj, Requester
-from webhook.engine.evaluation import evaluate
+from webhook.admission.core import Judgement, Subject, judge
+from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
+from webhook.engine.decision import Decision, Obj, Requester
 from webhook.engine.patch import apply_patch, make_patch
 from webhook.engine.podshape import describe
 from webhook.engine.policy import Policy
+from webhook.errors import CaseError
 from webhook.loading.manifests import load_manifests
 from webhook.loading.policies import load_policy
 
@@ -54,25 +56,26 @@ EXPECT_FIELDS: dict[str, Check] = {
     "refused": _FLAG,
     "reasons": _TEXTS,
     "warnings": _TEXTS,
+    "codes": (_is_texts, "a list of finding codes (see the README)"),
     "patched": (lambda v: isinstance(v, dict), "the whole patched object"),
     "unchanged": _FLAG,
 }
 
 
-class CaseError(Exception):
-    """A test case file that cannot be run as written."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Case:
     name: str
     source: str
-    obj: Obj
-    context: Context
+    subject: Subject
+    namespace: NamespaceMeta
     expect: Mapping[str, Any]
 
+    def lookup(self, namespace: str) -> NamespaceMeta:
+        """The case's namespace annotations, for whichever namespace the case is in."""
+        return self.namespace
 
-@dataclass
+
+@dataclass(frozen=True, kw_only=True)
 class CaseResult:
     case: Case
     failures: list[str] = field(default_factory=list)
@@ -115,20 +118,21 @@ def _case(raw: Obj, source: str) -> Case:
     )
     if problem:
         raise CaseError(f"{source}: {problem}")
-    ctx = Context(
+    subject = Subject(
+        obj=spec["object"],
         operation=spec.get("operation") or "CREATE",
         namespace=spec.get("namespace") or _namespace_of(spec["object"]),
-        namespace_annotations=spec.get("namespaceAnnotations") or {},
         old_object=spec.get("oldObject"),
         requester=_requester(spec.get("userInfo")),
     )
-    return Case(str(name), source, spec["object"], ctx, expect)
+    namespace = NamespaceMeta(annotations=spec.get("namespaceAnnotations") or {})
+    return Case(name=str(name), source=source, subject=subject, namespace=namespace, expect=expect)
 
 
 def _requester(user: Mapping[str, Any] | None) -> Requester | None:
     if user is None:
         return None
-    return Requester(user["username"], tuple(user.get("groups", ())))
+    return Requester(username=user["username"], groups=tuple(user.get("groups", ())))
 
 
 def _field_problem(fields: Mapping[str, Any], where: str, checks: dict[str, Check]) -> str | None:
@@ -146,12 +150,12 @@ def _namespace_of(obj: Obj) -> str:
 
 
 def run_case(case: Case, policy: Policy) -> CaseResult:
-    decision = evaluate(case.obj, policy, case.context)
-    result = CaseResult(case)
-    patch = make_patch(case.obj, decision.mutated)
-    result.failures += _compare(case.expect, decision, case.obj, patch)
-    result.failures += _stable(decision, policy, case.context)
-    return result
+    judged = judge(case.subject, policy, case.lookup)
+    failures = [
+        *_compare(case.expect, judged.decision, case.subject.obj, judged.patch),
+        *_stable(judged, policy, case.lookup),
+    ]
+    return CaseResult(case=case, failures=failures)
 
 
 def _compare(
@@ -160,11 +164,15 @@ def _compare(
     if "class" in expect and expect["class"] != d.workload_class:
         got = f"{d.workload_class!r} ({d.classification.source})"
         yield f"class: expected {expect['class']!r}, got {got}"
-    for key, actual in (("allowed", d.allowed), ("refused", d.refused)):
+    for key, actual in (("allowed", d.allowed), ("refused", d.enforce_refuses)):
         if key in expect and expect[key] != actual:
             yield f"{key}: expected {expect[key]}, got {actual}; reasons: {list(d.violations)}"
     yield from _contains("reasons", expect.get("reasons", []), d.violations)
     yield from _contains("warnings", expect.get("warnings", []), d.warnings)
+    codes = sorted({f.code.value for f in d.findings()})
+    for code in expect.get("codes", []):
+        if code not in codes:
+            yield f"codes: {code!r} not found; got {codes}"
     if expect.get("unchanged") and patch:
         yield f"expected no change, got patch {patch}"
     if "patched" in expect and apply_patch(original, patch) != expect["patched"]:
@@ -178,10 +186,11 @@ def _contains(what: str, wanted: list[str], actual: tuple[str, ...]) -> Iterator
             yield f"{what}: none contains {text!r}; got {list(actual)}"
 
 
-def _stable(d: Decision, policy: Policy, ctx: Context) -> list[str]:
-    again = evaluate(d.mutated, policy, ctx)
-    extra = make_patch(d.mutated, again.mutated)
-    return [f"not idempotent: a second run changes {extra}"] if extra else []
+def _stable(judged: Judgement, policy: Policy, lookup: NamespaceLookup) -> list[str]:
+    """The patched object, judged again, changes nothing (reinvocation-safe)."""
+    patched = apply_patch(judged.subject.obj, judged.patch)
+    again = judge(replace(judged.subject, obj=patched), policy, lookup)
+    return [f"not idempotent: a second run changes {again.patch}"] if again.patch else []
 
 
 def run_policy_dir(policy_dir: Path) -> list[CaseResult]:

@@ -30,7 +30,7 @@ def summary(results: Sequence[Result], *, input_errors: int = 0) -> dict[str, in
         "objects": len(decisions),
         "allowed": sum(d.allowed for d in decisions),
         "refused": sum(not d.allowed for d in decisions),
-        "wouldBeRefused": sum(d.refused and d.allowed for d in decisions),
+        "wouldBeRefused": sum(d.enforce_refuses and d.allowed for d in decisions),
         "changed": sum(bool(r.patch) for r in results),
         "skipped": sum(d.skipped is not None for d in decisions),
         "inputErrors": input_errors,
@@ -66,7 +66,7 @@ def render_explain(results: Sequence[Result]) -> str:
             lines.append(f"    untouched: {d.skipped}")
         else:
             lines.append(f"    class: {_class_origin(r)}")
-        lines += [f"    change {c.field}: {c.reason}" for c in d.changes]
+        lines += [f"    change {c.path}: {c.message}" for c in d.changes]
         lines += [
             f"    {'refused' if not d.allowed else 'would be refused'}: {v}" for v in d.violations
         ]
@@ -100,7 +100,7 @@ def _headline(r: Result) -> str:
     elif not d.allowed:
         verdict = "REFUSED"
     else:
-        verdict = "ALLOWED" + (", would be refused in enforce mode" if d.refused else "")
+        verdict = "ALLOWED" + (", would be refused in enforce mode" if d.enforce_refuses else "")
         verdict += "" if d.workload_class else ", unclassified: left as written"
     klass = f"  class={d.workload_class} ({d.classification.source})" if d.workload_class else ""
     return f"{r.document.source}:{r.document.line}  {_title(r)}{klass}  {verdict}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from webhook.loading.policies import PolicyError
+from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs
 from webhook.server.logs import LEVELS
 
@@ -77,7 +77,6 @@ def serve_command(
     # Imported here so that `check`, `explain` and `test` start without Flask, gunicorn and
     # the kubernetes client.
     from webhook.server.gunicorn import ServerSettings
-    from webhook.server.reload import CertificateError
     from webhook.server.runtime import ServeOptions, serve
 
     cert_file, key_file = _serving_files(cert_file, key_file, self_signed)

@@ -6,14 +6,15 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from webhook.engine.decision import Classification, shorten
+from webhook.engine.decision import Classification
+from webhook.engine.findings import Code, Finding, finding, shorten
 from webhook.engine.policy import Policy, Rule
 
 WORKLOAD_ANNOTATION = "together.ai/workload"
 NAMESPACE_DEFAULT_ANNOTATION = "together.ai/default-workload"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodFacts:
     """What classification looks at."""
 
@@ -24,77 +25,91 @@ class PodFacts:
     namespace_annotations: Mapping[str, str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     classification: Classification
-    violations: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
+    refusals: tuple[Finding, ...] = ()
+    notes: tuple[Finding, ...] = ()
 
 
 def classify(facts: PodFacts, policy: Policy) -> Verdict:
     """The class of a pod: annotation, rules, namespace default, then the policy default."""
-    candidates, violations = _candidates(facts, policy)
+    candidates, refusals = _candidates(facts, policy)
     if not candidates:
         if policy.default_class is not None:
-            return Verdict(
-                Classification(policy.default_class, "policy default"), tuple(violations)
-            )
-        return Verdict(Classification(None, "unclassified"), tuple(violations))
+            chosen = Classification(name=policy.default_class, source="policy default")
+            return Verdict(classification=chosen, refusals=refusals)
+        return Verdict(
+            classification=Classification(name=None, source="unclassified"), refusals=refusals
+        )
     winner = max(
         enumerate(candidates),
         key=lambda item: (policy.classes[item[1].name or ""].placement.strictness, -item[0]),
     )[1]
-    return Verdict(winner, tuple(violations), _disagreement(candidates, winner, policy))
+    return Verdict(
+        classification=winner,
+        refusals=refusals,
+        notes=_disagreement(candidates, winner, policy),
+    )
 
 
-def _candidates(facts: PodFacts, policy: Policy) -> tuple[list[Classification], list[str]]:
+def _candidates(
+    facts: PodFacts, policy: Policy
+) -> tuple[list[Classification], tuple[Finding, ...]]:
     found: list[Classification] = []
-    violations: list[str] = []
+    refusals: list[Finding] = []
     annotated = facts.annotations.get(WORKLOAD_ANNOTATION)
     if annotated is not None:
-        _add(
-            found,
-            violations,
-            policy,
-            annotated,
+        source = _Source(
             "annotation",
-            f"{WORKLOAD_ANNOTATION}: {annotated}",
+            f"{WORKLOAD_ANNOTATION}: {shorten(annotated)}",
             f"the pod annotation {WORKLOAD_ANNOTATION}",
+            f"metadata.annotations.{WORKLOAD_ANNOTATION}",
         )
+        _add(found, refusals, policy, annotated, source)
     for rule in policy.rules:
         if rule_matches(rule, facts):
             found.append(
-                Classification(rule.workload_class, f"rule {rule.name}", _rule_detail(rule))
+                Classification(
+                    name=rule.workload_class, source=f"rule {rule.name}", detail=_rule_detail(rule)
+                )
             )
     ns_default = facts.namespace_annotations.get(NAMESPACE_DEFAULT_ANNOTATION)
     if ns_default is not None:
-        _add(
-            found,
-            violations,
-            policy,
-            ns_default,
+        namespace = shorten(facts.namespace or "")
+        source = _Source(
             "namespace default",
-            f"namespace {facts.namespace} {NAMESPACE_DEFAULT_ANNOTATION}: {ns_default}",
-            f"the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace {facts.namespace}",
+            f"namespace {namespace} {NAMESPACE_DEFAULT_ANNOTATION}: {shorten(ns_default)}",
+            f"the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace {namespace}",
+            "",
         )
-    return found, violations
+        _add(found, refusals, policy, ns_default, source)
+    return found, tuple(refusals)
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    detail: str
+    where: str
+    path: str
 
 
 def _add(
     found: list[Classification],
-    violations: list[str],
+    refusals: list[Finding],
     policy: Policy,
-    name: str,
-    source: str,
-    detail: str,
-    where: str,
+    class_name: str,
+    source: _Source,
 ) -> None:
-    if name in policy.classes:
-        found.append(Classification(name, source, detail))
-    else:
-        valid = policy.class_names()
-        unknown = shorten(name)
-        violations.append(f"unknown workload class {unknown!r} in {where}: use one of {valid}")
+    if class_name in policy.classes:
+        found.append(Classification(name=class_name, source=source.name, detail=source.detail))
+        return
+    message = (
+        f"unknown workload class {shorten(class_name)!r} in {source.where}: "
+        f"use one of {policy.class_names()}"
+    )
+    refusals.append(finding(Code.UNKNOWN_CLASS, message, source.path))
 
 
 def rule_matches(rule: Rule, facts: PodFacts) -> bool:
@@ -123,13 +138,14 @@ def _rule_detail(rule: Rule) -> str:
 
 def _disagreement(
     candidates: list[Classification], winner: Classification, policy: Policy
-) -> tuple[str, ...]:
+) -> tuple[Finding, ...]:
     losers = [c for c in candidates if c.name != winner.name]
     if not losers:
         return ()
     said = ", ".join(f"{c.source} says {c.name}" for c in losers)
     placement = policy.classes[winner.name or ""].placement.value
-    return (
+    message = (
         f"classification sources disagree: {winner.source} says {winner.name} but {said}; "
-        f"the stricter class {winner.name} ({placement}) wins",
+        f"the stricter class {winner.name} ({placement}) wins"
     )
+    return (finding(Code.SOURCES_DISAGREE, message),)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.findings import Code, Finding, finding
 from webhook.engine.policy import Taint
 from webhook.engine.workloads import mapping_at
 
@@ -182,20 +183,22 @@ class NodeConstraints:
     def admits_any(self, values: Iterable[LabelState]) -> bool:
         return any(self.admits(v) for v in values)
 
-    def too_large(self) -> str | None:
+    def too_large(self) -> Finding | None:
         """Why these constraints are beyond what the engine answers for, if they are."""
+        terms_path = f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
         if self.term_count > MAX_TERMS:
-            return (
-                f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms has "
-                f"{self.term_count:,} terms, more than the {MAX_TERMS:,} preemptguard checks: "
-                "merge them into fewer terms"
+            message = (
+                f"{terms_path} has {self.term_count:,} terms, more than the {MAX_TERMS:,} "
+                "preemptguard checks: merge them into fewer terms"
             )
+            return finding(Code.TOO_MANY_TERMS, message, terms_path)
         if len(self.mentioned) > MAX_LABEL_VALUES:
-            return (
+            message = (
                 f"the pod's node constraints name {len(self.mentioned):,} values of the label "
                 f"{self.key}, more than the {MAX_LABEL_VALUES} preemptguard checks (nodes carry "
                 "one of two): name only the values your nodes carry"
             )
+            return finding(Code.TOO_MANY_LABEL_VALUES, message, terms_path)
         return None
 
 

@@ -6,11 +6,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from webhook.engine.findings import MAX_MESSAGE_CHARS, Finding, bounded, shorten
+
+__all__ = ["MAX_MESSAGE_CHARS", "bounded", "shorten"]
+
 Obj = dict[str, Any]
-Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+AdmissionOperation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Requester:
     """Who sent the request, as the API server authenticated them (``request.userInfo``)."""
 
@@ -18,21 +22,21 @@ class Requester:
     groups: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Context:
     """Facts about the request that are not in the object itself."""
 
-    operation: Operation = "CREATE"
+    operation: AdmissionOperation = "CREATE"
     namespace: str | None = None
     namespace_annotations: Mapping[str, str] = field(default_factory=dict)
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
     # On UPDATE, the object as it was: only a changed pod template is judged again.
     old_object: Obj | None = None
     # None offline (check, explain, test): the answer is the one an ordinary user gets.
     requester: Requester | None = None
-    namespace_labels: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Classification:
     """The workload class and the source that decided it."""
 
@@ -41,23 +45,15 @@ class Classification:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class Change:
-    """One change the engine made to the pod spec, and why."""
-
-    field: str
-    reason: str
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """The engine's answer for one object.
 
-    ``violations`` holds what the policy refuses, each saying what to change. In enforce
-    mode any violation makes ``allowed`` false; in warn mode the object is allowed and the
-    violations are reported as warnings too. ``mutated`` is a deep copy of the object with
-    the placement applied (equal to the input when nothing changes, and when refused).
-    ``skipped`` says why the object was left alone entirely, if it was.
+    ``refusals`` holds what the policy refuses, each saying what to change. In enforce mode
+    any refusal makes ``allowed`` false; in warn mode the object is allowed and each refusal
+    is also a warning. ``changes`` are what placement did to ``mutated``, a copy of the object
+    that shares with it every part it did not change (the object itself when nothing
+    changes, and when refused). ``skip`` says why the object was left alone entirely.
     """
 
     kind: str
@@ -65,32 +61,37 @@ class Decision:
     name: str
     classification: Classification
     allowed: bool
-    violations: tuple[str, ...]
-    warnings: tuple[str, ...]
-    changes: tuple[Change, ...]
     mutated: Obj
-    skipped: str | None = None
+    refusals: tuple[Finding, ...] = ()
+    notes: tuple[Finding, ...] = ()
+    changes: tuple[Finding, ...] = ()
+    skip: Finding | None = None
 
     @property
     def workload_class(self) -> str | None:
         return self.classification.name
 
     @property
-    def refused(self) -> bool:
-        """True when enforce mode would refuse the object (whatever the mode)."""
-        return bool(self.violations)
+    def violations(self) -> tuple[str, ...]:
+        """The refusals as text."""
+        return tuple(f.message for f in self.refusals)
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The warnings as text."""
+        return tuple(f.message for f in self.notes)
 
-def shorten(value: str, limit: int = 63) -> str:
-    """A user-supplied value cut for quoting in a message (63: the longest label value)."""
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+    @property
+    def skipped(self) -> str | None:
+        """Why the object was left alone, as text; None when it was not."""
+        return self.skip.message if self.skip is not None else None
 
+    @property
+    def enforce_refuses(self) -> bool:
+        """True when enforce mode refuses the object (whatever the mode)."""
+        return bool(self.refusals)
 
-# No reason or warning is longer than this, however long the values quoted in it.
-MAX_MESSAGE_CHARS = 1024
-
-
-def bounded(message: str) -> str:
-    """``message`` cut to ``MAX_MESSAGE_CHARS``: the last guard after every quoted value has
-    already been shortened where it is quoted."""
-    return shorten(message, MAX_MESSAGE_CHARS)
+    def findings(self) -> tuple[Finding, ...]:
+        """Every finding: the skip, refusals, warnings, then changes."""
+        head = (self.skip,) if self.skip is not None else ()
+        return (*head, *self.refusals, *self.notes, *self.changes)

@@ -4,10 +4,10 @@ and leaves time for the checkpoint it declares."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.decision import Change, shorten
+from webhook.engine.findings import Code, Finding, change, finding, shorten
 from webhook.engine.policy import Policy
 
 CHECKPOINT_ANNOTATION = "together.ai/checkpoint-seconds"
@@ -16,15 +16,15 @@ API_DEFAULT_GRACE = 30
 GRACE_FIELD = "spec.terminationGracePeriodSeconds"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GraceBudget:
     """The grace-period limits one pod is held to, with what is wrong with its request."""
 
     maximum: int
-    needed: int | None
-    checkpoint: int | None
+    needed: int | None = None
+    checkpoint: int | None = None
     margin: int
-    violations: list[str] = field(default_factory=list)
+    refusals: tuple[Finding, ...] = ()
 
 
 def grace_budget(annotations: Mapping[str, str], policy: Policy) -> GraceBudget:
@@ -32,29 +32,31 @@ def grace_budget(annotations: Mapping[str, str], policy: Policy) -> GraceBudget:
     raw = annotations.get(CHECKPOINT_ANNOTATION)
     maximum, margin = policy.max_grace_seconds, policy.checkpoint_margin_seconds
     if raw is None:
-        return GraceBudget(maximum, None, None, margin)
+        return GraceBudget(maximum=maximum, margin=margin)
     seconds = _whole_seconds(raw)
     if seconds is None:
-        return GraceBudget(
-            maximum,
-            None,
-            None,
-            margin,
-            [
-                f"annotation {CHECKPOINT_ANNOTATION} must be a whole number of seconds, "
-                f'got {shorten(raw)!r}: write the time a full checkpoint takes, e.g. "120"'
-            ],
+        message = (
+            f"annotation {CHECKPOINT_ANNOTATION} must be a whole number of seconds, "
+            f'got {shorten(raw)!r}: write the time a full checkpoint takes, e.g. "120"'
         )
+        refusal = finding(Code.CHECKPOINT_NOT_A_NUMBER, message, _ANNOTATION_PATH)
+        return GraceBudget(maximum=maximum, margin=margin, refusals=(refusal,))
     needed = seconds + margin
     if needed <= maximum:
-        return GraceBudget(maximum, needed, seconds, margin)
+        return GraceBudget(maximum=maximum, needed=needed, checkpoint=seconds, margin=margin)
     too_long = (
         f"the declared checkpoint ({CHECKPOINT_ANNOTATION}: {seconds}) plus the {margin} s "
         f"margin needs {needed} s, more than the {maximum} s a preemptible node gives before it "
         f"is removed: checkpoint in pieces that take at most {maximum - margin} s, or use a class "
         "that runs on standard nodes"
     )
-    return GraceBudget(maximum, needed, seconds, margin, [too_long])
+    refusal = finding(Code.CHECKPOINT_TOO_LONG, too_long, _ANNOTATION_PATH)
+    return GraceBudget(
+        maximum=maximum, needed=needed, checkpoint=seconds, margin=margin, refusals=(refusal,)
+    )
+
+
+_ANNOTATION_PATH = f"metadata.annotations.{CHECKPOINT_ANNOTATION}"
 
 
 # Longer than any drain window; also keeps int() clear of Python's limit on digit strings.
@@ -68,17 +70,24 @@ def _whole_seconds(raw: str) -> int | None:
     return int(text)
 
 
-def grace_violation(spec: Mapping[str, Any]) -> str | None:
+def grace_violation(spec: Mapping[str, Any]) -> Finding | None:
     """A negative grace period (its type is checked with the rest of the pod's shape)."""
     value = spec.get("terminationGracePeriodSeconds")
     if isinstance(value, int) and value < 0:
-        return f"{GRACE_FIELD} must be a non-negative whole number of seconds, got {value}"
+        message = f"{GRACE_FIELD} must be a non-negative whole number of seconds, got {value}"
+        return finding(Code.NEGATIVE_GRACE, message, GRACE_FIELD)
     return None
 
 
-def adjust_grace(
-    spec: dict[str, Any], budget: GraceBudget, changes: list[Change], warnings: list[str]
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class GraceAdjustment:
+    """What adjusting the grace period changed, and the warning a lowered one earns."""
+
+    changes: tuple[Finding, ...] = ()
+    notes: tuple[Finding, ...] = ()
+
+
+def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> GraceAdjustment:
     """Lower the grace period to the maximum, raise it to what the checkpoint needs."""
     current = spec.get("terminationGracePeriodSeconds")
     effective = API_DEFAULT_GRACE if current is None else int(current)
@@ -86,18 +95,22 @@ def adjust_grace(
     if budget.needed is not None:
         target = max(target, budget.needed)
     if target == effective:
-        return
+        return GraceAdjustment()
     spec["terminationGracePeriodSeconds"] = target
     if target < effective:
-        why = (
-            f"grace period lowered from {effective} to {target} s: a preemptible node is removed "
-            f"{budget.maximum} s after it is cordoned, so a longer grace period buys nothing"
+        lowered = change(
+            Code.GRACE_LOWERED,
+            f"grace period lowered from {effective} to {target} s",
+            f"a preemptible node is removed {budget.maximum} s after it is cordoned, so a "
+            "longer grace period buys nothing",
+            GRACE_FIELD,
         )
-        warnings.append(f"{GRACE_FIELD}: {why}")
-    else:
-        why = (
-            f"grace period raised from {effective} to {target} s: {CHECKPOINT_ANNOTATION} "
-            f"{budget.checkpoint} "
-            f"plus the {budget.margin} s margin"
-        )
-    changes.append(Change(GRACE_FIELD, why))
+        note = finding(Code.GRACE_LOWERED, f"{GRACE_FIELD}: {lowered.message}", GRACE_FIELD)
+        return GraceAdjustment(changes=(lowered,), notes=(note,))
+    raised = change(
+        Code.GRACE_RAISED,
+        f"grace period raised from {effective} to {target} s",
+        f"{CHECKPOINT_ANNOTATION} {budget.checkpoint} plus the {budget.margin} s margin",
+        GRACE_FIELD,
+    )
+    return GraceAdjustment(changes=(raised,))

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.engine.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
-from webhook.engine.decision import shorten
+from webhook.engine.findings import Code, Finding, finding, shorten
 from webhook.engine.grace import CHECKPOINT_ANNOTATION
 
 POD_KEYS = (WORKLOAD_ANNOTATION, CHECKPOINT_ANNOTATION)
@@ -25,44 +25,53 @@ MAX_HINTS = 5
 MAX_EDITS = 2
 
 
-def pod_annotation_hints(annotations: Mapping[Any, Any], where: str) -> list[str]:
+def pod_annotation_hints(annotations: Mapping[Any, Any], where: str) -> list[Finding]:
     """Near misses of the pod annotations among ``annotations`` (of a pod or pod template)."""
     hints = _near_misses(annotations, POD_KEYS, f"annotation on {where}")
     if NAMESPACE_DEFAULT_ANNOTATION in annotations:
-        hints.append(
+        message = (
             f"{NAMESPACE_DEFAULT_ANNOTATION} on {where} is ignored: it belongs on the "
             f"namespace; a pod or template names its class with {WORKLOAD_ANNOTATION}"
         )
+        path = f"metadata.annotations.{NAMESPACE_DEFAULT_ANNOTATION}"
+        hints.append(finding(Code.ANNOTATION_MISPLACED, message, path))
     return hints
 
 
-def pod_label_hints(labels: Mapping[Any, Any], where: str) -> list[str]:
+def pod_label_hints(labels: Mapping[Any, Any], where: str) -> list[Finding]:
     """Our annotations written as labels of a pod or pod template."""
     return _as_labels(labels, POD_KEYS, where)
 
 
 def namespace_hints(
     namespace: str | None, annotations: Mapping[Any, Any], labels: Mapping[Any, Any]
-) -> list[str]:
+) -> list[Finding]:
     """Near misses and labels in the metadata of the pod's namespace."""
     where = f"namespace {shorten(namespace or '')}"
-    hints = _near_misses(annotations, NAMESPACE_KEYS, f"annotation of {where}")
+    hints = _near_misses(annotations, NAMESPACE_KEYS, f"annotation of {where}", namespaced=True)
     if WORKLOAD_ANNOTATION in annotations:
-        hints.append(
+        message = (
             f"{WORKLOAD_ANNOTATION} on {where} is ignored: a namespace names the default class "
             f"of its pods with {NAMESPACE_DEFAULT_ANNOTATION}"
         )
-    return hints + _as_labels(labels, (*NAMESPACE_KEYS, WORKLOAD_ANNOTATION), where)
+        hints.append(finding(Code.ANNOTATION_MISPLACED, message))
+    return hints + _as_labels(
+        labels, (*NAMESPACE_KEYS, WORKLOAD_ANNOTATION), where, namespaced=True
+    )
 
 
-def _as_labels(labels: Mapping[Any, Any], keys: Iterable[str], where: str) -> list[str]:
+def _as_labels(
+    labels: Mapping[Any, Any], keys: Iterable[str], where: str, *, namespaced: bool = False
+) -> list[Finding]:
     hints = []
     for ours in keys:
         for key in _matching_keys(labels, ours):
-            hints.append(
+            message = (
                 f"{shorten(str(key))} is a label of {where}; preemptguard reads {ours} from "
                 "annotations only: move it to metadata.annotations"
             )
+            path = "" if namespaced else f"metadata.labels.{shorten(str(key))}"
+            hints.append(finding(Code.CLASS_AS_LABEL, message, path))
     return hints[:MAX_HINTS]
 
 
@@ -70,14 +79,18 @@ def _matching_keys(mapping: Mapping[Any, Any], ours: str) -> list[Any]:
     return [k for k in _examined(mapping) if k == ours or is_near_miss(k, ours)]
 
 
-def _near_misses(mapping: Mapping[Any, Any], keys: Iterable[str], what: str) -> list[str]:
+def _near_misses(
+    mapping: Mapping[Any, Any], keys: Iterable[str], what: str, *, namespaced: bool = False
+) -> list[Finding]:
     hints = []
     for ours in keys:
         for key in _examined(mapping):
             if key != ours and is_near_miss(key, ours):
-                hints.append(
+                message = (
                     f"{what} {shorten(key)!r} is not {ours}, so it is ignored: rename it to {ours}"
                 )
+                path = "" if namespaced else f"metadata.annotations.{shorten(key)}"
+                hints.append(finding(Code.ANNOTATION_NEAR_MISS, message, path))
     return hints[:MAX_HINTS]
 
 

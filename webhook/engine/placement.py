@@ -1,39 +1,43 @@
-"""Apply a workload class's placement to a pod (or pod template) and check it can be met.
+"""Check that a workload class's placement can be met, then apply it to a pod (or template).
 
-Every function works on the deep copy the engine hands it. Each change is made only when
-the pod does not already have it, so running the placement on its own output changes
-nothing; nothing the user wrote is removed.
+``check`` reads the original; ``place`` writes into the copy the engine hands it, whose
+written containers are its own (see ``evaluation.copy_for_placement``). Each change is made
+only when the pod does not already have it, so running the placement on its own output
+changes nothing; nothing the user wrote is removed. Functions return what they changed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine import constraints
 from webhook.engine.constraints import LabelState, NodeConstraints, TermView
-from webhook.engine.decision import Change, shorten
+from webhook.engine.findings import Code, Finding, change, finding, shorten
 from webhook.engine.grace import GraceBudget, adjust_grace, grace_violation
 from webhook.engine.policy import Placement, Policy, WorkloadClass
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 AFFINITY_PATH = f"spec.affinity.nodeAffinity.{REQUIRED}"
+PREFERRED_PATH = f"spec.affinity.nodeAffinity.{PREFERRED}"
+SELECTOR_PATH = "spec.nodeSelector"
 
 
-@dataclass
-class Outcome:
-    changes: list[Change] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Checked:
     """What ``check`` found: the pod's node constraints, and why it is refused (if it is)."""
 
     node: NodeConstraints
-    violations: tuple[str, ...]
+    refusals: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placed:
+    """What ``place`` changed, and the warnings it earned."""
+
+    changes: tuple[Finding, ...] = ()
+    notes: tuple[Finding, ...] = ()
 
 
 def check(
@@ -43,12 +47,12 @@ def check(
     node = constraints.read_constraints(spec, policy.node_label.key)
     too_large = node.too_large()
     if too_large is not None:
-        return Checked(node, (too_large,))
-    violations = _refusals(spec, node, wclass, policy)
+        return Checked(node=node, refusals=(too_large,))
+    refusals = _refusals(spec, node, wclass, policy)
     if wclass.placement.may_be_preempted:
         bad_grace = grace_violation(spec)
-        violations += budget.violations + ([bad_grace] if bad_grace else [])
-    return Checked(node, tuple(violations))
+        refusals += (*budget.refusals, *((bad_grace,) if bad_grace else ()))
+    return Checked(node=node, refusals=refusals)
 
 
 def place(
@@ -57,44 +61,48 @@ def place(
     wclass: WorkloadClass,
     policy: Policy,
     budget: GraceBudget,
-) -> Outcome:
+) -> Placed:
     """Apply ``wclass``'s placement to ``pod``, which ``check`` found acceptable."""
     spec: dict[str, Any] = pod["spec"]
-    out = Outcome()
     if wclass.placement is Placement.PREEMPTIBLE:
-        _require(spec, node, policy, wclass, "In", out)
+        changes = _require(spec, node, policy, wclass, "In")
     elif wclass.placement is Placement.PREFER_PREEMPTIBLE:
-        _prefer(spec, policy, wclass, out)
+        changes = _prefer(spec, policy, wclass)
     else:
-        _require(spec, node, policy, wclass, "NotIn", out)
-    if wclass.placement.may_be_preempted:
-        _tolerate(spec, policy, wclass, out)
-        adjust_grace(spec, budget, out.changes, out.warnings)
-    return out
+        changes = _require(spec, node, policy, wclass, "NotIn")
+    if not wclass.placement.may_be_preempted:
+        return Placed(changes=changes)
+    grace = adjust_grace(spec, budget)
+    return Placed(
+        changes=(*changes, *_tolerate(spec, policy, wclass), *grace.changes), notes=grace.notes
+    )
 
 
 def _refusals(
     spec: dict[str, Any], node: NodeConstraints, wclass: WorkloadClass, policy: Policy
-) -> list[str]:
+) -> tuple[Finding, ...]:
     label = policy.node_label
     where = f"{label.key}={label.preemptible}"
+    path = _constraint_path(spec, label.key)
     if wclass.placement is Placement.PREEMPTIBLE:
         if not node.admits(label.preemptible):
-            return [
+            message = (
                 f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
                 f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that "
                 f"constraint, or use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
-            ]
+            )
+            return (finding(Code.EXCLUDES_PREEMPTIBLE, message, path),)
     elif wclass.placement is Placement.STANDARD and not node.admits_any(
         _non_preemptible_states(node, policy)
     ):
-        return [
+        message = (
             f"class {wclass.name} must run on standard nodes, but the pod requires preemptible "
             f"capacity through its {_constraint_names(spec, label.key)}: remove that "
             f"requirement ({wclass.name} pods are kept off {where} nodes), or use class "
             f"{_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
-        ]
-    return []
+        )
+        return (finding(Code.REQUIRES_PREEMPTIBLE, message, path),)
+    return ()
 
 
 def _non_preemptible_states(node: NodeConstraints, policy: Policy) -> list[LabelState]:
@@ -103,11 +111,19 @@ def _non_preemptible_states(node: NodeConstraints, policy: Policy) -> list[Label
     return [None, *sorted(values - {label.preemptible})]
 
 
-def _constraint_names(spec: dict[str, Any], key: str) -> str:
+def _has_selector(spec: dict[str, Any], key: str) -> bool:
     selector = spec.get("nodeSelector")
-    if isinstance(selector, dict) and key in selector:
-        return f"nodeSelector {key}={shorten(str(selector[key]))}"
+    return isinstance(selector, dict) and key in selector
+
+
+def _constraint_names(spec: dict[str, Any], key: str) -> str:
+    if _has_selector(spec, key):
+        return f"nodeSelector {key}={shorten(str(spec['nodeSelector'][key]))}"
     return "required node affinity terms"
+
+
+def _constraint_path(spec: dict[str, Any], key: str) -> str:
+    return f"{SELECTOR_PATH}.{key}" if _has_selector(spec, key) else AFFINITY_PATH
 
 
 def _classes_except(policy: Policy, placement: Placement) -> str:
@@ -116,13 +132,8 @@ def _classes_except(policy: Policy, placement: Placement) -> str:
 
 
 def _require(
-    spec: dict[str, Any],
-    node: NodeConstraints,
-    policy: Policy,
-    wclass: WorkloadClass,
-    op: str,
-    out: Outcome,
-) -> None:
+    spec: dict[str, Any], node: NodeConstraints, policy: Policy, wclass: WorkloadClass, op: str
+) -> tuple[Finding, ...]:
     """AND ``key op [preemptible]`` into every required term.
 
     Terms are ORed, so adding a term of our own would widen placement instead of narrowing it.
@@ -133,11 +144,11 @@ def _require(
     if terms is None:
         affinity = _child(_child(spec, "affinity"), "nodeAffinity")
         affinity[REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
-        out.changes.append(Change(AFFINITY_PATH, _require_reason(wclass, expr)))
-        return
+        return (_required_change(wclass, expr, AFFINITY_PATH),)
     states = [None, label.standard, *sorted(node.mentioned)]
     excluded = _excluded_by(expr, label.key, states)
     views = node.terms or ()
+    changes = []
     for i, term in enumerate(terms):
         if not isinstance(term, dict) or _already_narrower(views[i], excluded):
             continue
@@ -145,9 +156,9 @@ def _require(
         if not isinstance(exprs, list):  # null beside matchFields
             exprs = term["matchExpressions"] = []
         exprs.append(dict(expr, values=list(expr["values"])))
-        out.changes.append(
-            Change(f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]", _require_reason(wclass, expr))
-        )
+        path = f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]"
+        changes.append(_required_change(wclass, expr, path))
+    return tuple(changes)
 
 
 def _excluded_by(expr: dict[str, Any], key: str, states: list[LabelState]) -> list[LabelState]:
@@ -162,14 +173,15 @@ def _already_narrower(term: TermView, excluded: list[LabelState]) -> bool:
     return all(not term.admits(s) for s in excluded)
 
 
-def _require_reason(wclass: WorkloadClass, expr: dict[str, Any]) -> str:
+def _required_change(wclass: WorkloadClass, expr: dict[str, Any], path: str) -> Finding:
     values = ", ".join(expr["values"])
     where = "runs only on" if expr["operator"] == "In" else "never runs on"
-    requirement = f"{expr['key']} {expr['operator']} [{values}]"
-    return f"requires {requirement}: class {wclass.name} {where} preemptible nodes"
+    requirement = f"requires {expr['key']} {expr['operator']} [{values}]"
+    why = f"class {wclass.name} {where} preemptible nodes"
+    return change(Code.AFFINITY_REQUIRED, requirement, why, path)
 
 
-def _prefer(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: Outcome) -> None:
+def _prefer(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass) -> tuple[Finding, ...]:
     label = policy.node_label
     expr = {"key": label.key, "operator": "In", "values": [label.preemptible]}
     node_affinity = _child(_child(spec, "affinity"), "nodeAffinity")
@@ -177,17 +189,13 @@ def _prefer(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: Ou
     if not isinstance(preferred, list):
         preferred = node_affinity[PREFERRED] = []
     if any(_prefers(p, expr) for p in preferred):
-        return
+        return ()
     preferred.append(
         {"weight": policy.preferred_weight, "preference": {"matchExpressions": [expr]}}
     )
-    out.changes.append(
-        Change(
-            f"spec.affinity.nodeAffinity.{PREFERRED}",
-            f"prefers {label.key}={label.preemptible} (weight {policy.preferred_weight}): class "
-            f"{wclass.name} uses preemptible capacity when there is some, else standard nodes",
-        )
-    )
+    what = f"prefers {label.key}={label.preemptible} (weight {policy.preferred_weight})"
+    why = f"class {wclass.name} uses preemptible capacity when there is some, else standard nodes"
+    return (change(Code.AFFINITY_PREFERRED, what, why, PREFERRED_PATH),)
 
 
 def _prefers(term: Any, expr: dict[str, Any]) -> bool:
@@ -196,10 +204,10 @@ def _prefers(term: Any, expr: dict[str, Any]) -> bool:
     return isinstance(exprs, list) and expr in exprs
 
 
-def _tolerate(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: Outcome) -> None:
+def _tolerate(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass) -> tuple[Finding, ...]:
     taint = policy.taint
     if taint is None or constraints.tolerated(spec, taint):
-        return
+        return ()
     toleration: dict[str, Any] = {"key": taint.key, "operator": "Equal", "value": taint.value}
     if not taint.value:
         toleration = {"key": taint.key, "operator": "Exists"}
@@ -208,12 +216,8 @@ def _tolerate(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass, out: 
     if not isinstance(tolerations, list):
         tolerations = spec["tolerations"] = []
     tolerations.append(toleration)
-    out.changes.append(
-        Change(
-            "spec.tolerations",
-            f"tolerates {taint}: class {wclass.name} may run on preemptible nodes",
-        )
-    )
+    why = f"class {wclass.name} may run on preemptible nodes"
+    return (change(Code.TOLERATION_ADDED, f"tolerates {taint}", why, "spec.tolerations"),)
 
 
 def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:

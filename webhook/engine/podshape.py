@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine.decision import Obj
+from webhook.engine.findings import Code, Finding, finding
 
 # A shape is a type, a dict of field -> shape (a mapping, fields not named are not checked),
 # a one-item list [shape] (a list of such items), or STRINGS (a mapping of strings to strings).
@@ -34,13 +35,14 @@ POD_TEMPLATE: dict[str, Any] = {
 _NAMES = {dict: "a mapping", list: "a list", str: "a string", int: "a whole number"}
 
 
-def shape_problem(template: Obj, prefix: tuple[str, ...] = ()) -> str | None:
+def shape_problem(template: Obj, prefix: tuple[str, ...] = ()) -> Finding | None:
     """The first field of a pod (or pod template) whose type the API server would refuse."""
     failure = _check(template, POD_TEMPLATE)
     if failure is None:
         return None
     parts, expected, value = failure
-    return _mismatch(value, expected, _path([*prefix, *reversed(parts)]))
+    path = _path([*prefix, *reversed(parts)])
+    return finding(Code.WRONG_TYPE, _mismatch(value, expected, path), path)
 
 
 # (path from the bad value up to the checked one, the type expected, the bad value)
@@ -110,8 +112,14 @@ def _mismatch(value: Any, expected: type, path: str) -> str:
     )
 
 
-def describe(value: Any) -> str:
-    """A YAML value's type as a user reads it: ``a mapping``, ``the number 120``, ``null``."""
+_JSON_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+
+
+def describe(value: Any, *, json: bool = False) -> str:
+    """A value's type as a user reads it: ``a mapping``, ``the number 120``, ``null``; with
+    ``json``, as JSON names it: ``a JSON array``."""
+    if json:
+        return f"a JSON {_JSON_NAMES.get(type(value), 'number')}"
     if value is None:
         return "null"
     if isinstance(value, bool):

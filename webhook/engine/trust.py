@@ -10,38 +10,50 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.decision import Context, Obj, Requester, shorten
+from webhook.engine.decision import Context, Obj, Requester
+from webhook.engine.findings import Code, Finding, finding, shorten
 from webhook.engine.policy import TrustedRequesters
 from webhook.engine.workloads import MIRROR_ANNOTATION, controller_owner, mapping_at
 
 DAEMONSET_API_VERSION = "apps/v1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exemption:
-    """Why the pod is left alone (``reason``), or what its claims earn it (``warnings``)."""
+    """Why the pod is left alone (``skip``), or what its claims earn it (``notes``)."""
 
-    reason: str | None = None
-    warnings: tuple[str, ...] = ()
+    skip: Finding | None = None
+    notes: tuple[Finding, ...] = ()
+
+    @property
+    def reason(self) -> str | None:
+        return self.skip.message if self.skip is not None else None
 
 
 def exemption(pod: Obj, ctx: Context, trusted: TrustedRequesters) -> Exemption:
     """Whether ``pod`` is a DaemonSet or mirror pod by the requester's identity."""
-    warnings: list[str] = []
+    notes: list[Finding] = []
     annotations = mapping_at(pod, "metadata", "annotations")
     if MIRROR_ANNOTATION in annotations:
         if ctx.requester is not None and _is_node(ctx.requester, trusted):
-            return Exemption("mirror pods of static pods belong to their node")
-        warnings.append(_mirror_claim(ctx.requester))
+            message = "mirror pods of static pods belong to their node"
+            return Exemption(skip=finding(Code.MIRROR_POD, message, _MIRROR_PATH))
+        notes.append(finding(Code.CLAIM_NOT_TRUSTED, _mirror_claim(ctx.requester), _MIRROR_PATH))
     owner = controller_owner(pod)
     if owner is not None and owner.kind == "DaemonSet":
         by_controller = ctx.requester is not None and _is_daemonset_controller(
             ctx.requester, trusted
         )
         if by_controller and owner.api_version == DAEMONSET_API_VERSION:
-            return Exemption("DaemonSet pods run on every node, of both classes")
-        warnings.append(_daemonset_claim(ctx.requester, owner.api_version))
-    return Exemption(None, tuple(warnings))
+            message = "DaemonSet pods run on every node, of both classes"
+            return Exemption(skip=finding(Code.DAEMONSET, message, _OWNER_PATH))
+        claim = _daemonset_claim(ctx.requester, owner.api_version)
+        notes.append(finding(Code.CLAIM_NOT_TRUSTED, claim, _OWNER_PATH))
+    return Exemption(notes=tuple(notes))
+
+
+_MIRROR_PATH = f"metadata.annotations.{MIRROR_ANNOTATION}"
+_OWNER_PATH = "metadata.ownerReferences"
 
 
 def _is_node(requester: Requester, trusted: TrustedRequesters) -> bool:

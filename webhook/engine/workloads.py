@@ -127,11 +127,12 @@ def _child_path(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def display_name(obj: Obj) -> str:
-    """``name``, or ``generateName*`` for objects the API server will name."""
+def display_name(obj: Obj, *, pending: str = "*") -> str:
+    """``name``, or ``generateName`` marked with ``pending`` for an object the API server
+    will name (``sweep-*``; logs show ``generateName`` as it is, with ``pending=""``)."""
     meta = mapping_at(obj, "metadata")
     name = meta.get("name")
     if isinstance(name, str) and name:
         return name
     generate = meta.get("generateName")
-    return f"{generate}*" if isinstance(generate, str) and generate else ""
+    return f"{generate}{pending}" if isinstance(generate, str) and generate else ""

@@ -24,19 +24,11 @@ from webhook.engine.policy import (
     TrustedRequesters,
     WorkloadClass,
 )
+from webhook.errors import PolicyError
 from webhook.loading.yamlnodes import Located, compose_documents, problem_line
 
 POLICY_KIND = "PlacementPolicy"
 POLICY_API_VERSION = "preemptguard.together.ai/v1alpha1"
-
-
-class PolicyError(Exception):
-    """A policy that cannot be used; ``str()`` reads ``file:line: field: what to change``."""
-
-    def __init__(self, source: str, line: int | None, field: str, message: str) -> None:
-        self.source, self.line, self.field, self.message = source, line, field, message
-        where = source if line is None else f"{source}:{line}"
-        super().__init__(f"{where}: {field or '(document)'}: {message}")
 
 
 @cache

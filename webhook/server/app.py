@@ -16,20 +16,13 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from webhook import engine
 from webhook.admission import review
-from webhook.admission.hooks import (
-    Admission,
-    Evaluator,
-    Hook,
-    NamespaceLookup,
-    NamespaceUnknown,
-    Outcome,
-    admit,
-    internal_error,
-    no_namespaces,
-    unavailable,
-)
-from webhook.admission.review import BadReview, Request, clip, loads, parse_review
+from webhook.admission.core import Evaluator
+from webhook.admission.hooks import Admission, Hook, Outcome, answer, internal_error, unavailable
+from webhook.admission.namespaces import NamespaceLookup, no_namespaces
+from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
+from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
+from webhook.errors import BadReview, NamespaceUnknown, OffloadFailed
 from webhook.server import offload
 from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
 from webhook.server.logs import get_logger
@@ -138,15 +131,17 @@ class _Handler:
                 timeout=deadline.remaining(),
                 namespace=namespace,
             )
-        except offload.OffloadFailed as exc:
+        except OffloadFailed as exc:
             log.warning("large_review_failed", hook=hook.value, error=str(exc))
             return self._busy(hook, body, started)
         except NamespaceUnknown as exc:
             seconds = time.perf_counter() - started
             self._count(hook, Outcome.ERROR, None, seconds)
             uid = env.uid if env is not None else "?"
-            log.error("admission_failed", uid=clip(uid), hook=hook.value, error=str(exc))  # noqa: TRY400
-            return _text(500, f"cannot check the object of review {clip(uid)}: {exc}")
+            uid = shorten(uid, ECHO_CHARS)
+            # A known failure: its reason, not a traceback.
+            log.error("admission_failed", uid=uid, hook=hook.value, error=str(exc))  # noqa: TRY400
+            return _text(500, f"cannot check the object of review {uid}: {exc}")
         seconds = time.perf_counter() - started
         if isinstance(outcome, offload.BadBody):
             return self._bad_request(hook, BadReview(outcome.reason))
@@ -174,7 +169,9 @@ class _Handler:
 
     def _bad_request(self, hook: Hook, exc: BadReview) -> Response:
         self.metrics.bad_requests.labels(hook=hook.value).inc()
-        log.warning("bad_request", hook=hook.value, reason=str(exc), path=clip(request.path))
+        log.warning(
+            "bad_request", hook=hook.value, reason=str(exc), path=shorten(request.path, ECHO_CHARS)
+        )
         # A body left unread (refused on its headers, or cut off) would be read as the next
         # request on a kept-alive connection; close it instead.
         request.environ[CLOSE_CONNECTION] = True
@@ -195,7 +192,7 @@ class _Handler:
             return _text(503, f"busy: {message}")
         log.warning(
             "admission",
-            uid=clip(env.uid),
+            uid=shorten(env.uid, ECHO_CHARS),
             hook=hook.value,
             outcome=Outcome.BUSY.value,
             allowed=False,
@@ -217,7 +214,9 @@ class _Handler:
             body = request.stream.read(self.max_body_bytes + 1)
         except (ParseException, OSError, ClientDisconnected) as exc:
             # A malformed chunk, a client gone or stalled: a bad request, not a server fault.
-            raise BadReview(f"body could not be read: {clip(_read_error(exc))}") from None
+            raise BadReview(
+                f"body could not be read: {shorten(_read_error(exc), ECHO_CHARS)}"
+            ) from None
         if len(body) > self.max_body_bytes:
             raise BadReview(f"body is over the {self._limit()} limit")
         if length is not None and len(body) < length:
@@ -233,7 +232,7 @@ class _Handler:
         policy = self.policy()
         if policy is None:
             return unavailable(req, "preemptguard has no policy loaded yet; retry shortly")
-        return admit(hook, req, policy, self.namespaces, self.evaluate)
+        return answer(hook, req, policy, self.namespaces, self.evaluate)
 
     def _failed(
         self,
@@ -259,7 +258,8 @@ class _Handler:
             log.exception("admission_failed", **fields)
             return _text(500, internal_error(req))
         log.error("admission_failed", **fields, error=known)
-        return _text(500, f"cannot check {clip(req.kind)} {clip(req.name)}: {known}")
+        what = f"{shorten(req.kind, ECHO_CHARS)} {shorten(req.name, ECHO_CHARS)}"
+        return _text(500, f"cannot check {what}: {known}")
 
     def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
         wclass = admission.workload_class
@@ -268,7 +268,7 @@ class _Handler:
         log.info(
             "admission",
             **_request_fields(hook, req, seconds),
-            user=clip(req.user),
+            user=shorten(req.user, ECHO_CHARS),
             dry_run=req.dry_run,
             workload_class=wclass,
             source=admission.source,
@@ -289,12 +289,12 @@ class _Handler:
 def _request_fields(hook: Hook, req: Request, seconds: float) -> dict[str, object]:
     """What every log line about one review says, values from the request cut short."""
     return {
-        "uid": clip(req.uid),
+        "uid": shorten(req.uid, ECHO_CHARS),
         "hook": hook.value,
         "operation": req.operation,
-        "kind": clip(req.kind),
-        "namespace": clip(req.namespace) if req.namespace else None,
-        "name": clip(req.name),
+        "kind": shorten(req.kind, ECHO_CHARS),
+        "namespace": shorten(req.namespace, ECHO_CHARS) if req.namespace else None,
+        "name": shorten(req.name, ECHO_CHARS),
         "duration_ms": round(seconds * 1000, 3),
     }
 
@@ -321,7 +321,7 @@ def _http_error(exc: HTTPException) -> Response:
 
 
 def _unexpected(exc: Exception) -> Response:
-    log.exception("request_failed", path=clip(request.path))
+    log.exception("request_failed", path=shorten(request.path, ECHO_CHARS))
     return _text(500, "internal error; see the preemptguard log")
 
 

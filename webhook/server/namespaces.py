@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from webhook.admission.hooks import NamespaceMeta, NamespaceUnknown
-from webhook.admission.review import clip
+from webhook.admission.namespaces import NamespaceMeta
+from webhook.admission.review import ECHO_CHARS
+from webhook.engine.findings import shorten
+from webhook.errors import NamespaceUnknown
 from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
 
@@ -108,9 +110,9 @@ class NamespaceCache:
                 return NamespaceMeta()
             self.metrics.namespace_lookup_failures.inc()
             raise NamespaceUnknown(
-                f"namespace {clip(namespace)} is not in preemptguard's cache and reading it "
-                f"from the API server failed ({clip(_one_line(exc), 200)}), so the default "
-                "class of its pods (together.ai/default-workload) cannot be known"
+                f"namespace {shorten(namespace, ECHO_CHARS)} is not in preemptguard's cache and "
+                f"reading it from the API server failed ({shorten(_one_line(exc), 200)}), so the "
+                "default class of its pods (together.ai/default-workload) cannot be known"
             ) from None
         return _meta(ns.metadata)
 
@@ -200,7 +202,7 @@ class NamespaceCache:
 
 
 def _meta(metadata: Any) -> NamespaceMeta:
-    return NamespaceMeta(_frozen(metadata.annotations), _frozen(metadata.labels))
+    return NamespaceMeta(annotations=_frozen(metadata.annotations), labels=_frozen(metadata.labels))
 
 
 def _frozen(values: Mapping[str, str] | None) -> Mapping[str, str]:

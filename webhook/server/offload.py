@@ -23,15 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 
-from webhook import engine
-from webhook.admission.hooks import Admission, Hook, NamespaceLookup, NamespaceMeta, admit
-from webhook.admission.review import BadReview, Request, loads, parse_review
+from webhook.admission.hooks import Admission, Hook, answer
+from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
+from webhook.admission.review import Request, loads, parse_review
 from webhook.engine.policy import Policy
+from webhook.errors import BadReview, OffloadFailed
 from webhook.loading import collector
-
-
-class OffloadFailed(Exception):
-    """The child process died or did not answer in time; ``str()`` says which."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ class _Known:
         return cls(namespace, dict(meta.annotations), dict(meta.labels))
 
 
-def answer(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
+def run_task(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
     """Read and answer one review (runs in the child)."""
     # The review's objects are gone when _answer returns, before the collector is back on.
     with collector.paused():
@@ -95,10 +92,10 @@ def _answer(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
     def lookup(namespace: str) -> NamespaceMeta:
         if namespace != known.namespace:
             raise _Missing(namespace)
-        return NamespaceMeta(known.annotations, known.labels)
+        return NamespaceMeta(annotations=known.annotations, labels=known.labels)
 
     try:
-        admission = admit(hook, request, policy, lookup, engine.evaluate)
+        admission = answer(hook, request, policy, lookup)
     except _Missing as missing:
         return NeedsNamespace(missing.namespace)
     except Exception as exc:  # noqa: BLE001 - the server logs it and answers 500
@@ -212,7 +209,7 @@ def _serve(conn: Connection) -> None:
             hook, body, policy, known = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(answer(hook, body, policy, known))
+        conn.send(run_task(hook, body, policy, known))
 
 
 if __name__ == "__main__":

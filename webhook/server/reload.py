@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from webhook.admission.review import clip
+from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
-from webhook.loading.policies import PolicyError, builtin_policy, load_policy, policy_files
+from webhook.errors import CertificateError, PolicyError
+from webhook.loading.policies import builtin_policy, load_policy, policy_files
 from webhook.server.certs import not_after
 from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
@@ -28,10 +29,6 @@ Signature = tuple[tuple[str, int, int, int, int], ...]
 ERROR_CHARS = 300
 
 log = get_logger("webhook.server.reload")
-
-
-class CertificateError(Exception):
-    """Certificate files that cannot serve TLS; ``str()`` says which and why."""
 
 
 class Reloadable(Protocol):
@@ -86,7 +83,7 @@ class PolicyStore:
         except Exception as exc:  # noqa: BLE001 - logged below; the last good policy serves
             # A bug in loading, or input it did not foresee (RecursionError, MemoryError): the
             # same as an invalid policy, in one bounded line rather than a traceback.
-            return self._refused(f"{type(exc).__name__}: {clip(_one_line(exc), ERROR_CHARS)}")
+            return self._refused(f"{type(exc).__name__}: {shorten(_one_line(exc), ERROR_CHARS)}")
         self._policy = policy
         self.metrics.policy_reloads.inc()
         self.metrics.set_policy(policy.name, policy.mode.value)

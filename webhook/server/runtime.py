@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook import engine
-from webhook.admission.hooks import Evaluator
+from webhook.admission.core import Evaluator
 from webhook.server import logs
 from webhook.server.app import create_app
 from webhook.server.gunicorn import Hooks, ServerSettings, run

@@ -1,0 +1,86 @@
+"""One object judged as an admission request: the one path the server, ``check``, ``explain``,
+``test`` and everything after them take.
+
+A ``Subject`` is what a request asks about: the object, the operation, the namespace, who asks.
+``judge`` applies the rules that need only the request, looks the namespace up if the engine
+needs it, runs the engine and computes the patch. The hooks (``hooks.answer``) turn a judgement
+into a review; the CLI prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from webhook import engine
+from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
+from webhook.engine.decision import AdmissionOperation, Context, Decision, Obj, Requester
+from webhook.engine.evaluation import namespace_of, untouched
+from webhook.engine.patch import PatchOp, make_patch
+from webhook.engine.policy import Policy
+
+Evaluator = Callable[[Obj, Policy, Context], Decision]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subject:
+    """What one request asks about."""
+
+    obj: Obj
+    operation: AdmissionOperation = "CREATE"
+    # The request's namespace; None for cluster-scoped objects and where the caller has none
+    # (the object's own is used then).
+    namespace: str | None = None
+    old_object: Obj | None = None
+    # None offline: the answer an ordinary user gets.
+    requester: Requester | None = None
+
+    @classmethod
+    def of_manifest(cls, obj: Obj, *, default_namespace: str) -> Subject:
+        """An object as ``kubectl apply`` would send it: created, in its namespace or the
+        default one (cluster-scoped Namespaces in none)."""
+        if obj.get("kind") == "Namespace":
+            return cls(obj=obj)
+        return cls(obj=obj, namespace=namespace_of(obj, Context()) or default_namespace)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judgement:
+    """The engine's decision and the JSON Patch turning the object into the decided one."""
+
+    subject: Subject
+    decision: Decision
+    patch: list[PatchOp]
+
+
+def judge(
+    subject: Subject,
+    policy: Policy,
+    namespaces: NamespaceLookup,
+    evaluate: Evaluator = engine.evaluate,
+) -> Judgement:
+    """Decide ``subject``. Exceptions from ``evaluate`` and from ``namespaces``
+    (``NamespaceUnknown``) reach the caller."""
+    context = Context(
+        operation=subject.operation,
+        namespace=subject.namespace,
+        old_object=subject.old_object,
+        requester=subject.requester,
+    )
+    meta = _namespace(subject, policy, context, namespaces)
+    context = replace(context, namespace_annotations=meta.annotations, namespace_labels=meta.labels)
+    decision = evaluate(subject.obj, policy, context)
+    return Judgement(
+        subject=subject, decision=decision, patch=make_patch(subject.obj, decision.mutated)
+    )
+
+
+def _namespace(
+    subject: Subject, policy: Policy, context: Context, namespaces: NamespaceLookup
+) -> NamespaceMeta:
+    # Whatever the engine leaves alone on the request alone (a DELETE, an excluded namespace,
+    # a kind it does not know) needs no namespace: do not make the server read one.
+    namespace = namespace_of(subject.obj, context)
+    if namespace is None or untouched(subject.obj, policy, context) is not None:
+        return NamespaceMeta()
+    return namespaces(namespace)
