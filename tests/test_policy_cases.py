@@ -40,6 +40,9 @@ def test_policy_case(policy_dir, case) -> None:
         pytest.param(
             {"patched": {"kind": "Pod"}}, "differs from spec.expect.patched", id="wrong-object"
         ),
+        pytest.param(
+            {"codes": ["too-many-terms"]}, "codes: 'too-many-terms' not found", id="missing-code"
+        ),
     ],
 )
 def test_runner_reports_a_wrong_expectation(policy, expect, failure) -> None:

@@ -93,10 +93,11 @@ def answer(
 def answers(
     request: Request, policy: Policy, namespaces: NamespaceLookup
 ) -> tuple[Judgement | None, dict[Hook, Admission]]:
-    """What both hooks answer for ``request``, judged once (None when there is no object to
-    judge), as ``preemptguard check`` shows for a review given to it."""
+    """What both hooks answer for ``request``, judged once, as ``preemptguard check`` shows
+    for a review given to it. A DELETE is judged on its old object (which the engine leaves
+    alone); a request with no object at all has no judgement."""
     judged = None
-    if request.object is not None:
+    if request.object is not None or request.old_object is not None:
         judged = judge(_subject(request), policy, namespaces)
     found: dict[Hook, Admission] = {}
     for hook in Hook:
@@ -110,9 +111,10 @@ def answers(
 
 
 def _subject(request: Request) -> Subject:
-    assert request.object is not None
+    obj = request.object if request.object is not None else request.old_object
+    assert obj is not None
     return Subject(
-        obj=request.object,
+        obj=obj,
         operation=request.operation,
         namespace=request.namespace,
         old_object=request.old_object,

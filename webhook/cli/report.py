@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.admission.review import decode_patch
 from webhook.cli.dryrun import Result
 
 
@@ -53,6 +54,7 @@ def render_text(results: Sequence[Result], *, input_errors: int = 0) -> str:
         lines += [f"    refused: {v}" for v in r.decision.violations if not r.decision.allowed]
         lines += [f"    warning: {w}" for w in r.decision.warnings]
         lines += [f"    patch: {_op(op)}" for op in r.patch]
+        lines += [f"    answer ({hook}): {_answer(review)}" for hook, review in r.reviews.items()]
     lines.append(_summary_line(summary(results, input_errors=input_errors)))
     return "\n".join(lines)
 
@@ -104,6 +106,16 @@ def _headline(r: Result) -> str:
         verdict += "" if d.workload_class else ", unclassified: left as written"
     klass = f"  class={d.workload_class} ({d.classification.source})" if d.workload_class else ""
     return f"{r.document.source}:{r.document.line}  {_title(r)}{klass}  {verdict}"
+
+
+def _answer(review: Mapping[str, Any]) -> str:
+    """A review answer in a few words, as the API server would act on it."""
+    response = review["response"]
+    if not response["allowed"]:
+        return f"refused ({response['status']['code']}): {response['status']['message']}"
+    if "patch" in response:
+        return f"allowed with a patch of {len(decode_patch(response['patch']))} operations"
+    return "allowed"
 
 
 def _op(op: dict[str, Any]) -> str:
