@@ -1,0 +1,198 @@
+"""A placement policy compiled to ``admissionregistration.k8s.io/v1`` admission policies.
+
+``export(policy)`` returns the objects (a ValidatingAdmissionPolicy and a
+MutatingAdmissionPolicy, each with its binding) and the notes on what they do not do as the
+webhook does. Pure: a policy in, plain dicts and strings out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.policy import Mode, Policy
+from webhook.export.cel import bounded
+from webhook.export.mutation import Mutation
+from webhook.export.rules import TEMPLATE_RESOURCES, Rules, V
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+NAME_LABEL = "kubernetes.io/metadata.name"
+LABELS = {
+    "app.kubernetes.io/name": "preemptguard",
+    "app.kubernetes.io/component": "admission-policy",
+}
+
+# What the exported policies leave to the webhook, or do differently. Printed on stderr and
+# written as comments into the YAML output.
+NOT_EXPRESSED = (
+    "Warnings are not given: grace periods lowered, classification sources that disagree, "
+    "untrusted DaemonSet or mirror-pod claims, misspelt or misplaced annotations, and what a "
+    "workload template's pods will get. Only the webhook gives them, with metrics, audit "
+    "annotations and one log line per admission.",
+    "The webhook's validating hook also refuses a classified pod that reaches validation "
+    "without its placement (another mutating webhook undid it); the exported "
+    "ValidatingAdmissionPolicy does not, so that it can be installed without the "
+    "MutatingAdmissionPolicy.",
+    "Refusal messages are the webhook's, but the API server puts its own prefix before them "
+    "(ValidatingAdmissionPolicy '...' with binding '...' denied request:) and shows only the "
+    "first failing validation: all refusals are therefore joined into one message.",
+    "Quoted values are cut as the webhook cuts them, but a value holding backslashes or "
+    "characters Python escapes is quoted as it is rather than escaped as Python's repr() does.",
+    "A Gt/Lt bound on the compute-class label counts as a number when it is at most 18 "
+    "digits with an optional sign, as Kubernetes reads it; the webhook also reads spaces, "
+    "underscores and longer numbers in it as Python's int() does.",
+    "An expression that exceeds CEL's cost limits (a pod with thousands of node-selector "
+    "terms or values) fails, and failurePolicy: Fail refuses the pod with the API server's "
+    "message instead of the webhook's limit message.",
+    "Large reviews are bounded by the API server's CEL cost limits, not by the webhook's "
+    "gate; the webhook's busy refusals have no counterpart.",
+)
+
+
+@dataclass(frozen=True)
+class Export:
+    """The admission policies for one placement policy, and what they leave to the webhook."""
+
+    objects: list[dict[str, Any]]
+    notes: tuple[str, ...]
+
+
+def names(policy: Policy) -> tuple[str, str]:
+    """The names of the validating and the mutating policy (and of their bindings)."""
+    return f"preemptguard-{policy.name}", f"preemptguard-{policy.name}-placement"
+
+
+def export(policy: Policy) -> Export:
+    rules = Rules(policy)
+    validating, mutating = names(policy)
+    objects = [
+        _validating_policy(rules, validating),
+        _binding(
+            "ValidatingAdmissionPolicyBinding", validating, policy, warn=policy.mode is Mode.WARN
+        ),
+        _mutating_policy(rules, mutating),
+        _binding("MutatingAdmissionPolicyBinding", mutating, policy),
+    ]
+    return Export(objects=objects, notes=NOT_EXPRESSED)
+
+
+def _meta(name: str) -> dict[str, Any]:
+    return {"name": name, "labels": dict(LABELS)}
+
+
+def _namespace_selector(policy: Policy) -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            {"key": NAME_LABEL, "operator": "NotIn", "values": list(policy.excluded_namespaces)}
+        ]
+    }
+
+
+def _variables(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"name": name, "expression": expression} for name, expression in pairs]
+
+
+def _validating_policy(rules: Rules, name: str) -> dict[str, Any]:
+    policy = rules.policy
+    workload_rules: dict[str, list[str]] = {}
+    for group, resource in TEMPLATE_RESOURCES.values():
+        workload_rules.setdefault(group, []).append(resource)
+    resource_rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        },
+        *(
+            {
+                "apiGroups": [group],
+                "apiVersions": ["v1"],
+                "resources": resources,
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            }
+            for group, resources in workload_rules.items()
+        ),
+    ]
+    message = f"{V}refusals.join('; ')"
+    if policy.mode is Mode.WARN:
+        message = f"'would be refused in enforce mode: ' + {message}"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(name),
+        "spec": {
+            # An expression that cannot be evaluated refuses: the webhook, too, refuses what it
+            # cannot check in time.
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": resource_rules,
+                "namespaceSelector": _namespace_selector(policy),
+                "matchPolicy": "Equivalent",
+            },
+            "matchConditions": [
+                {"name": "not-an-excluded-namespace", "expression": rules.not_excluded()},
+                {"name": "not-a-trusted-daemonset-or-mirror-pod", "expression": rules.not_exempt()},
+                {"name": "template-changed-on-update", "expression": rules.template_changed()},
+            ],
+            "variables": _variables(rules.variables(pods_only=False)),
+            "validations": [
+                {
+                    "expression": f"size({V}refusals) == 0",
+                    "messageExpression": bounded(message),
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+
+
+def _mutating_policy(rules: Rules, name: str) -> dict[str, Any]:
+    policy = rules.policy
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": _meta(name),
+        "spec": {
+            "failurePolicy": "Fail",
+            # Another mutation may add tolerations or affinity after this one; the patch is
+            # idempotent, so running again narrows what they added.
+            "reinvocationPolicy": "IfNeeded",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "operations": ["CREATE"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": _namespace_selector(policy),
+                "matchPolicy": "Equivalent",
+            },
+            "matchConditions": [
+                {"name": "not-an-excluded-namespace", "expression": rules.not_excluded()},
+                {"name": "not-a-trusted-daemonset-or-mirror-pod", "expression": rules.not_exempt()},
+            ],
+            "variables": _variables(rules.variables(pods_only=True)),
+            "mutations": [
+                {
+                    "patchType": "JSONPatch",
+                    "jsonPatch": {"expression": Mutation(rules).expression()},
+                }
+            ],
+        },
+    }
+
+
+def _binding(kind: str, name: str, policy: Policy, *, warn: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "policyName": name,
+        "matchResources": {"namespaceSelector": _namespace_selector(policy)},
+    }
+    if kind == "ValidatingAdmissionPolicyBinding":
+        spec["validationActions"] = ["Warn"] if warn else ["Deny"]
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": _meta(name), "spec": spec}

@@ -1,0 +1,470 @@
+"""The policy's decisions as CEL variables shared by both admission policies.
+
+``Rules(policy).variables(pods_only=...)`` lists the ``(name, expression)`` pairs, in the order
+they may refer to each other, that compute the class of the pod (or pod template) under
+review, its node constraints and the engine's refusals with their messages. The validating
+policy refuses when ``variables.refusals`` is not empty; the mutating policy places what the
+validating one admits.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from webhook.engine.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
+from webhook.engine.constraints import MAX_LABEL_VALUES, MAX_TERMS, REQUIRED
+from webhook.engine.grace import CHECKPOINT_ANNOTATION, GRACE_FIELD
+from webhook.engine.policy import LabelRequirement, Placement, Policy, Rule
+from webhook.engine.trust import DAEMONSET_API_VERSION
+from webhook.engine.workloads import KINDS, MIRROR_ANNOTATION
+from webhook.export.cel import (
+    INTEGER_RE,
+    WHOLE_SECONDS_RE,
+    all_of,
+    any_of,
+    concat,
+    glob_regex,
+    lit,
+    literal_value,
+    lits,
+    py_repr,
+    shorten,
+    thousands,
+    when,
+)
+
+V = "variables."
+
+# Workload kinds checked at apply time (DaemonSets are left alone), with the API group and
+# resource the admission policies match them by.
+TEMPLATE_RESOURCES: dict[str, tuple[str, str]] = {
+    "Deployment": ("apps", "deployments"),
+    "StatefulSet": ("apps", "statefulsets"),
+    "ReplicaSet": ("apps", "replicasets"),
+    "Job": ("batch", "jobs"),
+    "CronJob": ("batch", "cronjobs"),
+}
+
+
+def classes_except(policy: Policy, placement: Placement) -> str:
+    """placement._classes_except: the classes to suggest instead, as the messages name them."""
+    names = sorted(c.name for c in policy.classes.values() if c.placement is not placement)
+    return " or ".join(names) if names else "another class"
+
+
+def template_of(obj: str) -> str:
+    """The pod (template) of ``obj`` (``object`` or ``oldObject``): the Pod itself, or the
+    template at the kind's path (workloads.KINDS)."""
+    branches = []
+    for kind, wk in KINDS.items():
+        if kind in TEMPLATE_RESOURCES and wk.template_path != ("spec", "template"):
+            path = ".".join(wk.template_path)
+            branches.append((kind, f"{obj}.{path}"))
+    out = f"{obj}.spec.template"
+    for kind, path in reversed(branches):
+        out = f"{obj}.kind == {lit(kind)} ? {path} : {out}"
+    return f"({obj}.kind == 'Pod' ? {obj} : {out})"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """CEL for one policy."""
+
+    policy: Policy
+
+    # --- names -----------------------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        return self.policy.node_label.key
+
+    @property
+    def preemptible(self) -> str:
+        return self.policy.node_label.preemptible
+
+    @property
+    def standard(self) -> str:
+        return self.policy.node_label.standard
+
+    def classes(self, *placements: Placement) -> list[str]:
+        return sorted(c.name for c in self.policy.classes.values() if c.placement in placements)
+
+    def is_class(self, expr: str, *placements: Placement) -> str:
+        names = self.classes(*placements)
+        return f"{expr} in {lits(names)}" if names else "false"
+
+    # --- request-only conditions (matchConditions: no variables there) ----------------------
+
+    def not_excluded(self) -> str:
+        return f"!(request.namespace in {lits(self.policy.excluded_namespaces)})"
+
+    def not_exempt(self) -> str:
+        """trust.exemption: mirror pods created by a node, DaemonSet pods created by the
+        DaemonSet controller for an apps/v1 DaemonSet; decided by request.userInfo."""
+        trusted = self.policy.trusted
+        user = "request.userInfo.?username.orValue('')"
+        groups = "request.userInfo.?groups.orValue([])"
+        controller = (
+            "object.metadata.?ownerReferences.orValue([]).filter(r, r.?controller.orValue(false))"
+        )
+        mirror = all_of(
+            [
+                f"{lit(MIRROR_ANNOTATION)} in object.metadata.?annotations.orValue({{}})",
+                f"{user}.startsWith({lit(trusted.node_username_prefix)})",
+                f"{lit(trusted.node_group)} in {groups}",
+            ]
+        )
+        daemonset = all_of(
+            [
+                f"size({controller}) > 0",
+                f"{controller}[0].kind == 'DaemonSet'",
+                f"{controller}[0].apiVersion == {lit(DAEMONSET_API_VERSION)}",
+                f"{user} in {lits(trusted.daemonset_controllers)}",
+            ]
+        )
+        return f"object.kind != 'Pod' || !({mirror} || {daemonset})"
+
+    def template_changed(self) -> str:
+        """evaluation._workload_update_skip: an UPDATE is judged only when the pod template
+        changed and the object is not being deleted."""
+        return (
+            "request.operation != 'UPDATE' || (!has(object.metadata.deletionTimestamp) && "
+            f"{template_of('object')} != {template_of('oldObject')})"
+        )
+
+    # --- variables ---------------------------------------------------------------------------
+
+    def variables(self, *, pods_only: bool) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        out.append(("template", "object" if pods_only else template_of("object")))
+        out += self._classification(pods_only=pods_only)
+        out += self._constraints()
+        out += self._refusals()
+        return out
+
+    def _classification(self, *, pods_only: bool) -> list[tuple[str, str]]:
+        policy = self.policy
+        names = lits(sorted(policy.classes))
+        controller = (
+            "object.metadata.?ownerReferences.orValue([]).filter(r, r.?controller.orValue(false))"
+        )
+        pod_owner = f"(size({controller}) > 0 ? {controller}[0].kind : '')"
+        if pods_only:
+            owner = pod_owner
+        else:
+            owners = {k: KINDS[k].pod_owner_kind or "" for k in TEMPLATE_RESOURCES}
+            table = "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in owners.items()) + "}"
+            owner = f"(object.kind == 'Pod' ? {pod_owner} : {table}[?object.kind].orValue(''))"
+        annotated = f"{V}annotated"
+        ns_default = f"{V}namespaceDefault"
+        known_annotation = f"{annotated}.hasValue() && {annotated}.value() in {names}"
+        known_default = f"{ns_default}.hasValue() && {ns_default}.value() in {names}"
+        valid = "use one of " + policy.class_names()
+        unknown_annotation = (
+            f"'unknown workload class ' + {py_repr(shorten(annotated + '.value()'))} + "
+            f"{lit(f' in the pod annotation {WORKLOAD_ANNOTATION}: {valid}')}"
+        )
+        unknown_default = (
+            f"'unknown workload class ' + {py_repr(shorten(ns_default + '.value()'))} + "
+            f"' in the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace ' + "
+            f"{shorten('request.namespace')} + {lit(': ' + valid)}"
+        )
+        candidates = concat(
+            [
+                when(known_annotation, f"[{annotated}.value()]"),
+                *(when(self._rule(rule), f"[{lit(rule.workload_class)}]") for rule in policy.rules),
+                when(known_default, f"[{ns_default}.value()]"),
+            ]
+        )
+        default = lit(policy.default_class or "")
+        chosen = f"{V}candidates[0]"
+        for placement in (Placement.PREFER_PREEMPTIBLE, Placement.STANDARD):
+            names_of = self.classes(placement)
+            if names_of:
+                group = lits(names_of)
+                chosen = (
+                    f"{V}candidates.exists(c, c in {group}) ? "
+                    f"{V}candidates.filter(c, c in {group})[0] :\n  {chosen}"
+                )
+        return [
+            ("annotations", f"{V}template.?metadata.?annotations.orValue({{}})"),
+            ("labels", f"{V}template.?metadata.?labels.orValue({{}})"),
+            ("ownerKind", owner),
+            ("annotated", f"{V}annotations[?{lit(WORKLOAD_ANNOTATION)}]"),
+            (
+                "namespaceDefault",
+                "namespaceObject.?metadata.?annotations.orValue({})"
+                f"[?{lit(NAMESPACE_DEFAULT_ANNOTATION)}]",
+            ),
+            (
+                "unknownClasses",
+                concat(
+                    [
+                        when(
+                            f"{annotated}.hasValue() && !({known_annotation})",
+                            f"[{unknown_annotation}]",
+                        ),
+                        when(
+                            f"{ns_default}.hasValue() && !({known_default})", f"[{unknown_default}]"
+                        ),
+                    ]
+                ),
+            ),
+            ("candidates", candidates),
+            # classify: the stricter placement wins, the first source among equals.
+            ("workloadClass", f"size({V}candidates) == 0 ? {default} :\n  {chosen}"),
+        ]
+
+    def _rule(self, rule: Rule) -> str:
+        """classify.rule_matches."""
+        match = rule.match
+        parts = []
+        if match.namespaces:
+            tests = []
+            for pattern in match.namespaces:
+                regex = glob_regex(pattern)
+                tests.append(
+                    f"request.namespace == {lit(pattern)}"
+                    if regex is None
+                    else f"request.namespace.matches({lit(regex)})"
+                )
+            parts.append(any_of(tests))
+        labels = f"{V}labels"
+        for k, v in match.match_labels.items():
+            parts.append(f"({lit(k)} in {labels} && {labels}[{lit(k)}] == {lit(v)})")
+        parts += [self._requirement(req) for req in match.match_expressions]
+        if match.owner_kinds:
+            parts.append(f"{V}ownerKind in {lits(match.owner_kinds)}")
+        return all_of(parts)
+
+    @staticmethod
+    def _requirement(req: LabelRequirement) -> str:
+        labels = f"{V}labels"
+        present = f"{lit(req.key)} in {labels}"
+        if req.operator == "Exists":
+            return present
+        if req.operator == "DoesNotExist":
+            return f"!({present})"
+        value_in = f"{labels}[{lit(req.key)}] in {lits(req.values)}"
+        if req.operator == "In":
+            return f"({present} && {value_in})"
+        return f"(!({present}) || !({value_in}))"
+
+    # --- node constraints (constraints.py) ----------------------------------------------------
+
+    def _constraints(self) -> list[tuple[str, str]]:
+        key = lit(self.key)
+        exprs = f"t.?matchExpressions.orValue([]).filter(e, e.key == {key})"
+        alive = all_of(
+            [
+                "(size(t.?matchExpressions.orValue([])) > 0 || "
+                "size(t.?matchFields.orValue([])) > 0)",
+                f"!({V}keyExpressions[i].exists(e, e.operator == 'Exists') && "
+                f"{V}keyExpressions[i].exists(e, e.operator == 'DoesNotExist'))",
+                f"!{V}keyExpressions[i].exists(e, e.operator in ['Gt', 'Lt'] && "
+                f"!(size(e.?values.orValue([])) == 1 && e.values[0].matches({lit(INTEGER_RE)})))",
+            ]
+        )
+        neighbours = (
+            f"(e.operator in ['Gt', 'Lt'] && size(e.?values.orValue([])) == 1 && "
+            f"e.values[0].matches({lit(INTEGER_RE)}) ? "
+            "[string(int(e.values[0]) - 1), string(int(e.values[0]) + 1)] : [])"
+        )
+        selected = f"{V}selected"
+        return [
+            ("selected", f"{V}template.spec.?nodeSelector.orValue({{}})[?{key}]"),
+            (
+                "terms",
+                f"{V}template.spec.?affinity.?nodeAffinity.?{REQUIRED}"
+                ".?nodeSelectorTerms.orValue([])",
+            ),
+            # Per required term, its expressions on the label key, and whether it can match
+            # any node at all (constraints.view: empty, conflicting or unbounded terms cannot).
+            ("keyExpressions", f"{V}terms.map(t, {exprs})"),
+            ("alive", f"{V}terms.transformList(i, t, {alive})"),
+            ("liveTerms", f"{V}keyExpressions.transformList(i, x, {V}alive[i], x)"),
+            # constraints.mentioned_values: every value of the key the pod names.
+            (
+                "mentioned",
+                f"(({selected}.hasValue() ? [{selected}.value()] : []) + "
+                f"{V}keyExpressions.flatten().map(e, e.?values.orValue([]) + {neighbours})"
+                ".flatten()).distinct()",
+            ),
+        ]
+
+    @staticmethod
+    def term_admits(term: str, value: str) -> str:
+        """TermView.admits for a string value: ``term`` lists a live term's expressions on
+        the key."""
+        bound = (
+            f"(e.operator in ['Gt', 'Lt'] && !({value}.matches({lit(INTEGER_RE)}) && "
+            f"(e.operator == 'Gt' ? int({value}) > int(e.values[0]) : "
+            f"int({value}) < int(e.values[0]))))"
+        )
+        constant = literal_value(value)
+        if constant is not None:
+            # CEL folds constants when the policy is created: int('standard') would fail then.
+            if re.fullmatch(INTEGER_RE.strip("^$"), constant):
+                number = int(constant)
+                bound = (
+                    "(e.operator in ['Gt', 'Lt'] && !(e.operator == 'Gt' ? "
+                    f"{number} > int(e.values[0]) : {number} < int(e.values[0])))"
+                )
+            else:
+                bound = "e.operator in ['Gt', 'Lt']"
+        return (
+            f"!{term}.exists(e, e.operator == 'DoesNotExist' || "
+            f"(e.operator == 'NotIn' && {value} in e.?values.orValue([])) || "
+            f"(e.operator == 'In' && !({value} in e.?values.orValue([]))) || {bound})"
+        )
+
+    @staticmethod
+    def term_admits_absent(term: str) -> str:
+        """TermView.admits(None): a node without the label."""
+        return f"!{term}.exists(e, e.operator in ['In', 'Exists', 'Gt', 'Lt'])"
+
+    @staticmethod
+    def term_admits_unnamed(term: str) -> str:
+        """TermView.admits(UNNAMED_VALUE): a value no constraint names."""
+        return f"!{term}.exists(e, e.operator in ['In', 'DoesNotExist', 'Gt', 'Lt'])"
+
+    def admits(self, value: str) -> str:
+        """NodeConstraints.admits: may the pod run on a node whose label is ``value``?"""
+        selected = f"{V}selected"
+        return (
+            f"(!{selected}.hasValue() || {selected}.value() == {value}) && "
+            f"(size({V}terms) == 0 || {V}liveTerms.exists(x, {self.term_admits('x', value)}))"
+        )
+
+    def admits_absent(self) -> str:
+        return (
+            f"!{V}selected.hasValue() && "
+            f"(size({V}terms) == 0 || {V}liveTerms.exists(x, {self.term_admits_absent('x')}))"
+        )
+
+    # --- refusals -------------------------------------------------------------------------------
+
+    def _constraint_names(self) -> str:
+        selected = f"{V}selected"
+        return (
+            f"({selected}.hasValue() ? {lit(f'nodeSelector {self.key}=')} + "
+            f"{shorten(selected + '.value()')} : 'required node affinity terms')"
+        )
+
+    def _refusals(self) -> list[tuple[str, str]]:
+        policy = self.policy
+        cls = f"{V}workloadClass"
+        where = f"{self.key}={self.preemptible}"
+        terms_path = f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
+        merge = (
+            f" terms, more than the {MAX_TERMS:,} preemptguard checks: merge them into fewer terms"
+        )
+        too_many_terms = (
+            f"{lit(terms_path + ' has ')} + {thousands(f'size({V}terms)')} + {lit(merge)}"
+        )
+        values = (
+            f" values of the label {self.key}, more than the {MAX_LABEL_VALUES} preemptguard "
+            "checks (nodes carry one of two): name only the values your nodes carry"
+        )
+        too_many_values = (
+            f"{lit(chr(39).join(['the pod', 's node constraints name ']))} + "
+            f"{thousands(f'size({V}mentioned)')} + {lit(values)}"
+        )
+        too_large = (
+            f"size({V}terms) > {MAX_TERMS} ? [{too_many_terms}] :\n"
+            f"  size({V}mentioned) > {MAX_LABEL_VALUES} ? [{too_many_values}] : []"
+        )
+        excluded = (
+            f" runs only on preemptible nodes ({where}), but they are excluded by the pod"
+            f"{chr(39)}s "
+        )
+        instead = (
+            ": remove that constraint, or use class "
+            f"{classes_except(policy, Placement.PREEMPTIBLE)} instead"
+        )
+        excludes = f"'class ' + {cls} + {lit(excluded)} + {V}constraintNames + {lit(instead)}"
+        kept_off = (
+            f" pods are kept off {where} nodes), or use class "
+            f"{classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
+        )
+        requires = (
+            f"'class ' + {cls} + ' must run on standard nodes, but the pod requires preemptible "
+            f"capacity through its ' + {V}constraintNames + "
+            f"': remove that requirement (' + {cls} + {lit(kept_off)}"
+        )
+        non_preemptible = any_of(
+            [
+                self.admits_absent(),
+                self.admits(lit(self.standard)) if self.standard != self.preemptible else "",
+                f"{V}mentioned.exists(v, v != {lit(self.preemptible)} && {self.admits('v')})",
+            ],
+            separator=" ||\n",
+        )
+        placement = concat(
+            [
+                when(
+                    f"{self.is_class(cls, Placement.PREEMPTIBLE)} && !{V}admitsPreemptible",
+                    f"[{excludes}]",
+                ),
+                when(
+                    f"{self.is_class(cls, Placement.STANDARD)} && !{V}admitsNonPreemptible",
+                    f"[{requires}]",
+                ),
+            ]
+        )
+        checkpoint = f"{V}checkpoint"
+        maximum, margin = policy.max_grace_seconds, policy.checkpoint_margin_seconds
+        whole = f"annotation {CHECKPOINT_ANNOTATION} must be a whole number of seconds, got "
+        not_a_number = (
+            f"{lit(whole)} + {py_repr(shorten(checkpoint + '.value()'))} + "
+            "': write the time a full checkpoint takes, e.g. \"120\"'"
+        )
+        seconds = f"{V}checkpointSeconds"
+        removed = (
+            f" s, more than the {maximum} s a preemptible node gives before it is removed: "
+            f"checkpoint in pieces that take at most {maximum - margin} s, or use a class that "
+            "runs on standard nodes"
+        )
+        too_long = (
+            f"{lit(f'the declared checkpoint ({CHECKPOINT_ANNOTATION}: ')} + string({seconds}) + "
+            f"') plus the {margin} s margin needs ' + string({seconds} + {margin}) + {lit(removed)}"
+        )
+        grace = f"{V}template.spec.?terminationGracePeriodSeconds"
+        negative = (
+            f"{lit(f'{GRACE_FIELD} must be a non-negative whole number of seconds, got ')} + "
+            f"string({grace}.value())"
+        )
+        grace_refusals = concat(
+            [
+                when(f"{checkpoint}.hasValue() && !{V}checkpointValid", f"[{not_a_number}]"),
+                when(f"{V}checkpointValid && {seconds} + {margin} > {maximum}", f"[{too_long}]"),
+                when(f"{grace}.orValue(0) < 0", f"[{negative}]"),
+            ]
+        )
+        preemptible_classes = self.is_class(
+            cls, Placement.PREEMPTIBLE, Placement.PREFER_PREEMPTIBLE
+        )
+        return [
+            ("constraintNames", self._constraint_names()),
+            ("admitsPreemptible", self.admits(lit(self.preemptible))),
+            ("admitsNonPreemptible", non_preemptible),
+            ("checkpoint", f"{V}annotations[?{lit(CHECKPOINT_ANNOTATION)}]"),
+            (
+                "checkpointValid",
+                f"{checkpoint}.hasValue() && {checkpoint}.value().matches({lit(WHOLE_SECONDS_RE)})",
+            ),
+            (
+                "checkpointSeconds",
+                f"{V}checkpointValid ? int({checkpoint}.value().find('[0-9]+')) : 0",
+            ),
+            ("tooLarge", too_large),
+            (
+                "refusals",
+                f"size({V}unknownClasses) > 0 ? {V}unknownClasses :\n"
+                f"{cls} == '' ? [] :\n"
+                f"size({V}tooLarge) > 0 ? {V}tooLarge :\n"
+                f"{placement} +\n"
+                f"({preemptible_classes} ? {grace_refusals} : [])",
+            ),
+        ]
