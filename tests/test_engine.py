@@ -494,7 +494,9 @@ def test_workload_updates_that_keep_the_template_pass(policy) -> None:
     """A serving Deployment pinned to preemptible nodes, admitted before enforcement began."""
     old = _deployment("serving", 2)
     scaled = evaluate(
-        _deployment("serving", 0), policy, Context(operation="UPDATE", namespace="team-a", old_object=old)
+        _deployment("serving", 0),
+        policy,
+        Context(operation="UPDATE", namespace="team-a", old_object=old),
     )
     assert (scaled.allowed, scaled.skipped) == (True, "the pod template did not change")
     deleting = evaluate(
@@ -508,7 +510,9 @@ def test_workload_updates_that_keep_the_template_pass(policy) -> None:
 def test_workload_updates_that_change_the_template_are_judged(policy) -> None:
     old = _deployment("flexible", 2)
     decision = evaluate(
-        _deployment("serving", 2), policy, Context(operation="UPDATE", namespace="team-a", old_object=old)
+        _deployment("serving", 2),
+        policy,
+        Context(operation="UPDATE", namespace="team-a", old_object=old),
     )
     assert decision.enforce_refuses
     assert "class serving must run on standard nodes" in decision.violations[0]

@@ -43,12 +43,18 @@ def fixture_names() -> list[str]:
     return names
 
 
+# Worker processes of the servers under test: several, as `serve` runs on a machine of
+# several cores; a fixed number, so that counters summed over them are known.
+WORKERS = 2
+
+
 def serve_args(tls: Path, port: int, metrics_port: int) -> list[str]:
     """``preemptguard serve`` flags: 127.0.0.1, the given ports, the pair in ``tls``."""
     return [
         "--host", "127.0.0.1",
         "--port", str(port),
         "--metrics-port", str(metrics_port),
+        "--workers", str(WORKERS),
         "--cert-file", str(tls / "tls.crt"),
         "--key-file", str(tls / "tls.key"),
     ]  # fmt: skip

@@ -16,6 +16,7 @@ from tests.server.helpers import (
     BROKEN_POLICY,
     DEFAULT_POLICY,
     WARN_POLICY,
+    WORKERS,
     Client,
     Reply,
     ServerProcess,
@@ -159,7 +160,9 @@ def mounted_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Path]]
     assert proc.terminate() == 0, proc.logs()
 
 
-def start_mounted(tmp_path: Path, reload_interval: float) -> tuple[ServerProcess, Path, Path]:
+def start_mounted(
+    tmp_path: Path, reload_interval: float, workers: int = WORKERS
+) -> tuple[ServerProcess, Path, Path]:
     """The server on a policy and certificate mounted as Kubernetes mounts them."""
     tls, policies = tmp_path / "tls", tmp_path / "policies"
     first = certs.issue(list(certs.LOCAL_HOSTS))
@@ -172,6 +175,8 @@ def start_mounted(tmp_path: Path, reload_interval: float) -> tuple[ServerProcess
         str(policies),
         "--reload-interval",
         str(reload_interval),
+        "--workers",
+        str(workers),
     ]
     ca_copy = tmp_path / "first-ca.crt"
     ca_copy.write_bytes(first.ca_cert)
@@ -210,7 +215,8 @@ def test_new_connections_get_the_new_certificate(
     # A connection opened before the swap keeps working on its own session.
     assert kept.post("/mutate", fixture("create-pod-sweep-mutate")).status == 200
     kept.close()
-    assert server.metric("preemptguard_certificate_reloads_total") == 2
+    # Loaded once at start, then again by each worker process.
+    wait_for(lambda: server.metric("preemptguard_certificate_reloads_total") == 1 + WORKERS)
     expiry = certs.not_after(second.cert).timestamp()
     assert server.metric("preemptguard_certificate_expiry_timestamp_seconds") == expiry
     assert server.log_events("certificate_reloaded")
@@ -225,18 +231,19 @@ def test_policy_change_takes_effect_and_an_invalid_one_is_refused(
 
     mount(policies, {"policy.yaml": WARN_POLICY.encode()}, "2")
     wait_for(lambda: client.post("/mutate", COORDINATOR).response["allowed"])
-    assert server.metric("preemptguard_policy_reloads_total") == 1
+    # Counted in each worker process that loads it.
+    wait_for(lambda: server.metric("preemptguard_policy_reloads_total") == WORKERS)
     assert server.metric('preemptguard_policy_info{mode="warn",name="relaxed"}') == 1
 
     mount(policies, {"policy.yaml": BROKEN_POLICY.encode()}, "3")
-    wait_for(lambda: server.metric("preemptguard_policy_reload_failures_total") == 1)
+    wait_for(lambda: server.metric("preemptguard_policy_reload_failures_total") == WORKERS)
     response = client.post("/mutate", COORDINATOR).response
     assert response["allowed"] is True  # still the last good policy, in warn mode
     assert any(w.startswith("would be refused in enforce mode") for w in response["warnings"])
     assert client.get("/readyz").status == 200
     client.close()
     refused = server.log_events("policy_reload_refused")
-    assert len(refused) == 1
+    assert len(refused) == WORKERS  # one line from each worker process
     assert "spec.mode" in refused[0]["error"]
     assert refused[0]["serving"] == "relaxed"
 
@@ -253,7 +260,8 @@ def test_a_restarted_worker_serves_the_current_files(tmp_path: Path) -> None:
     """A worker that crashes comes back with the policy and certificate on disk, not the ones
     the server started with (which the server process holds, loaded before the fork)."""
     # Polling alone would take this long to see the files: the new worker reads them at once.
-    server, tls, policies = start_mounted(tmp_path, reload_interval=120)
+    # One worker, so that every request reaches the restarted one.
+    server, tls, policies = start_mounted(tmp_path, reload_interval=120, workers=1)
     second = certs.issue(list(certs.LOCAL_HOSTS))
     new_ca = tmp_path / "second-ca.crt"
     new_ca.write_bytes(second.ca_cert)

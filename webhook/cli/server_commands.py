@@ -42,7 +42,15 @@ _PATH = click.Path(path_type=Path)
     help="Issue a CA and a certificate for localhost and 127.0.0.1 into this folder "
     "(reused while valid); clients trust DIR/ca.crt.",
 )
-@click.option("--threads", default=16, show_default=True, help="Threads serving reviews.")
+@click.option(
+    "--workers",
+    default=0,
+    show_default=True,
+    help="Worker processes; 0: one per CPU the server may use (its affinity and CPU quota).",
+)
+@click.option(
+    "--threads", default=16, show_default=True, help="Threads serving reviews, per worker."
+)
 @click.option(
     "--graceful-timeout",
     default=30,
@@ -64,6 +72,7 @@ def serve_command(
     cert_file: Path | None,
     key_file: Path | None,
     self_signed: Path | None,
+    workers: int,
     threads: int,
     graceful_timeout: int,
     reload_interval: float,
@@ -83,6 +92,7 @@ def serve_command(
     settings = ServerSettings(
         host=host,
         port=port,
+        workers=workers,
         threads=threads,
         graceful_timeout=graceful_timeout,
         log_level=log_level,

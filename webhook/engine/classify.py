@@ -39,9 +39,10 @@ def classify(facts: PodFacts, policy: Policy) -> Verdict:
         if policy.default_class is not None:
             chosen = Classification(name=policy.default_class, source="policy default")
             return Verdict(classification=chosen, refusals=refusals)
-        return Verdict(
-            classification=Classification(name=None, source="unclassified"), refusals=refusals
-        )
+        unclassified = Classification(name=None, source="unclassified")
+        return Verdict(classification=unclassified, refusals=refusals)
+    if len(candidates) == 1:
+        return Verdict(classification=candidates[0], refusals=refusals)
     winner = max(
         enumerate(candidates),
         key=lambda item: (policy.classes[item[1].name or ""].placement.strictness, -item[0]),
@@ -59,57 +60,39 @@ def _candidates(
     found: list[Classification] = []
     refusals: list[Finding] = []
     annotated = facts.annotations.get(WORKLOAD_ANNOTATION)
-    if annotated is not None:
-        source = _Source(
-            "annotation",
-            f"{WORKLOAD_ANNOTATION}: {shorten(annotated)}",
-            f"the pod annotation {WORKLOAD_ANNOTATION}",
-            f"metadata.annotations.{WORKLOAD_ANNOTATION}",
-        )
-        _add(found, refusals, policy, annotated, source)
+    if annotated is None:
+        pass
+    elif annotated in policy.classes:
+        detail = f"{WORKLOAD_ANNOTATION}: {annotated}"
+        found.append(Classification(name=annotated, source="annotation", detail=detail))
+    else:
+        where = f"the pod annotation {WORKLOAD_ANNOTATION}"
+        path = f"metadata.annotations.{WORKLOAD_ANNOTATION}"
+        refusals.append(_unknown(annotated, where, path, policy))
     for rule in policy.rules:
         if rule_matches(rule, facts):
+            source = f"rule {rule.name}"
             found.append(
-                Classification(
-                    name=rule.workload_class, source=f"rule {rule.name}", detail=_rule_detail(rule)
-                )
+                Classification(name=rule.workload_class, source=source, detail=_rule_detail(rule))
             )
     ns_default = facts.namespace_annotations.get(NAMESPACE_DEFAULT_ANNOTATION)
     if ns_default is not None:
         namespace = shorten(facts.namespace or "")
-        source = _Source(
-            "namespace default",
-            f"namespace {namespace} {NAMESPACE_DEFAULT_ANNOTATION}: {shorten(ns_default)}",
-            f"the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace {namespace}",
-            "",
-        )
-        _add(found, refusals, policy, ns_default, source)
+        if ns_default in policy.classes:
+            detail = f"namespace {namespace} {NAMESPACE_DEFAULT_ANNOTATION}: {ns_default}"
+            found.append(Classification(name=ns_default, source="namespace default", detail=detail))
+        else:
+            where = f"the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace {namespace}"
+            refusals.append(_unknown(ns_default, where, "", policy))
     return found, tuple(refusals)
 
 
-@dataclass(frozen=True)
-class _Source:
-    name: str
-    detail: str
-    where: str
-    path: str
-
-
-def _add(
-    found: list[Classification],
-    refusals: list[Finding],
-    policy: Policy,
-    class_name: str,
-    source: _Source,
-) -> None:
-    if class_name in policy.classes:
-        found.append(Classification(name=class_name, source=source.name, detail=source.detail))
-        return
+def _unknown(class_name: str, where: str, path: str, policy: Policy) -> Finding:
     message = (
-        f"unknown workload class {shorten(class_name)!r} in {source.where}: "
+        f"unknown workload class {shorten(class_name)!r} in {where}: "
         f"use one of {policy.class_names()}"
     )
-    refusals.append(finding(Code.UNKNOWN_CLASS, message, source.path))
+    return finding(Code.UNKNOWN_CLASS, message, path)
 
 
 def rule_matches(rule: Rule, facts: PodFacts) -> bool:
@@ -118,10 +101,13 @@ def rule_matches(rule: Rule, facts: PodFacts) -> bool:
         fnmatch.fnmatchcase(facts.namespace or "", pattern) for pattern in match.namespaces
     ):
         return False
-    if any(facts.labels.get(k) != v for k, v in match.match_labels.items()):
-        return False
-    if not all(req.matches(facts.labels) for req in match.match_expressions):
-        return False
+    labels = facts.labels
+    for key, value in match.match_labels.items():
+        if labels.get(key) != value:
+            return False
+    for requirement in match.match_expressions:
+        if not requirement.matches(labels):
+            return False
     return not match.owner_kinds or facts.owner_kind in match.owner_kinds
 
 

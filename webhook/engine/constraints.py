@@ -214,17 +214,20 @@ def read_constraints(spec: dict[str, Any], key: str) -> NodeConstraints:
         has_selector=has_selector,
         terms=tuple(view(t, key) for t in raw_terms) if read else None,
         term_count=len(raw_terms),
-        mentioned=frozenset(mentioned_values(spec, key)) if read or not raw_terms else frozenset(),
+        mentioned=frozenset(_mentioned(selector, raw_terms, key) if read or not raw_terms else ()),
     )
 
 
 def mentioned_values(spec: dict[str, Any], key: str) -> set[str]:
     """Every value of ``key`` the pod's constraints name, so a search over states is complete."""
+    return _mentioned(spec.get("nodeSelector"), required_terms(spec) or [], key)
+
+
+def _mentioned(selector: Any, terms: list[Any], key: str) -> set[str]:
     found: set[str] = set()
-    selector = spec.get("nodeSelector")
     if isinstance(selector, dict) and isinstance(selector.get(key), str):
         found.add(selector[key])
-    for term in required_terms(spec) or []:
+    for term in terms:
         exprs = term.get("matchExpressions") if isinstance(term, dict) else None
         for expr in exprs if isinstance(exprs, list) else []:
             if isinstance(expr, dict) and expr.get("key") == key:

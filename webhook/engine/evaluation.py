@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from webhook.engine import hints
@@ -22,7 +22,6 @@ from webhook.engine.workloads import (
     display_name,
     find_pod_templates,
     mapping_at,
-    string_map,
     template_of,
     workload_kind,
 )
@@ -33,8 +32,8 @@ PLACEMENT_ANNOTATION = "together.ai/placement"
 def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     """Classify ``obj``, apply its class's placement to a copy, and say whether it is allowed."""
     base = _Base(obj, namespace_of(obj, ctx))
-    skip = untouched(obj, policy, ctx)
     kind = workload_kind(obj)
+    skip = _untouched(obj, kind, base.namespace, policy, ctx)
     if skip is not None or kind is None:
         return base.skipped(skip or _not_a_workload(obj))
     notes: list[Finding] = []
@@ -79,10 +78,14 @@ def untouched(obj: Obj, policy: Policy, ctx: Context) -> Finding | None:
     looks up the namespace. Who sent a DaemonSet or mirror pod is judged later, in
     ``trust.exemption``.
     """
-    kind = workload_kind(obj)
+    return _untouched(obj, workload_kind(obj), namespace_of(obj, ctx), policy, ctx)
+
+
+def _untouched(
+    obj: Obj, kind: WorkloadKind | None, namespace: str | None, policy: Policy, ctx: Context
+) -> Finding | None:
     if kind is None:
         return _not_a_workload(obj)
-    namespace = namespace_of(obj, ctx)
     if namespace in policy.excluded_namespaces:
         message = f"namespace {shorten(namespace or '')} is excluded by the policy"
         return finding(Code.EXCLUDED_NAMESPACE, message)
@@ -176,10 +179,11 @@ def _copied(value: Any, shape: Any) -> Any:
 def _facts(
     obj: Obj, template: Obj, kind: WorkloadKind, namespace: str | None, ctx: Context
 ) -> PodFacts:
+    # The shape check has made sure both hold strings.
     meta = mapping_at(template, "metadata")
     return PodFacts(
-        annotations=string_map(meta.get("annotations")),
-        labels=string_map(meta.get("labels")),
+        annotations=mapping_at(meta, "annotations"),
+        labels=mapping_at(meta, "labels"),
         namespace=namespace,
         owner_kind=kind.pod_owner_kind if not kind.is_pod else controller_kind(obj),
         namespace_annotations=ctx.namespace_annotations,
@@ -233,7 +237,7 @@ def _place(
     changes = (*placed.changes, *_record(template, wclass.name))
     prefix = ".".join(kind.template_path)
     if prefix:
-        changes = tuple(replace(c, path=f"{prefix}.{c.path}") for c in changes)
+        changes = tuple(c._replace(path=f"{prefix}.{c.path}") for c in changes)
     return Placed(changes=changes, notes=placed.notes)
 
 
@@ -248,27 +252,31 @@ def _record(template: Obj, class_name: str) -> tuple[Finding, ...]:
     if annotations.get(PLACEMENT_ANNOTATION) == class_name:
         return ()
     annotations[PLACEMENT_ANNOTATION] = class_name
+    return (_recorded(class_name),)
+
+
+@lru_cache(maxsize=256)
+def _recorded(class_name: str) -> Finding:
     path = f"metadata.annotations.{PLACEMENT_ANNOTATION}"
-    return (finding(Code.PLACEMENT_RECORDED, f"records the class {class_name}", path),)
+    return finding(Code.PLACEMENT_RECORDED, f"records the class {class_name}", path)
 
 
-@dataclass(frozen=True)
 class _Base:
     """The parts of a Decision every path shares."""
 
-    obj: Obj
-    namespace: str | None
+    __slots__ = ("kind", "name", "namespace", "obj")
 
-    @property
-    def kind(self) -> str:
-        kind = self.obj.get("kind")
-        return kind if isinstance(kind, str) else ""
+    def __init__(self, obj: Obj, namespace: str | None) -> None:
+        self.obj, self.namespace = obj, namespace
+        kind = obj.get("kind")
+        self.kind = kind if isinstance(kind, str) else ""
+        self.name = display_name(obj)
 
     def skipped(self, skip: Finding) -> Decision:
         return Decision(
             kind=self.kind,
             namespace=self.namespace,
-            name=display_name(self.obj),
+            name=self.name,
             classification=Classification(name=None, source="skipped", detail=skip.message),
             allowed=True,
             mutated=self.obj,
@@ -296,7 +304,7 @@ class _Base:
         return Decision(
             kind=self.kind,
             namespace=self.namespace,
-            name=display_name(self.obj),
+            name=self.name,
             classification=classification,
             allowed=not refusals or policy.mode is Mode.WARN,
             mutated=mutated if mutated is not None else self.obj,

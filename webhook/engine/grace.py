@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from webhook.engine.findings import Code, Finding, change, finding, shorten
@@ -98,19 +99,30 @@ def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> GraceAdjustment:
         return GraceAdjustment()
     spec["terminationGracePeriodSeconds"] = target
     if target < effective:
-        lowered = change(
-            Code.GRACE_LOWERED,
-            f"grace period lowered from {effective} to {target} s",
-            f"a preemptible node is removed {budget.maximum} s after it is cordoned, so a "
-            "longer grace period buys nothing",
-            GRACE_FIELD,
-        )
-        note = finding(Code.GRACE_LOWERED, f"{GRACE_FIELD}: {lowered.message}", GRACE_FIELD)
-        return GraceAdjustment(changes=(lowered,), notes=(note,))
+        return _lowered(effective, target, budget.maximum)
+    return _raised(effective, target, budget.checkpoint, budget.margin)
+
+
+# Made once per set of numbers and reused (findings are immutable): most pods carry the same.
+@lru_cache(maxsize=1024)
+def _lowered(effective: int, target: int, maximum: int) -> GraceAdjustment:
+    lowered = change(
+        Code.GRACE_LOWERED,
+        f"grace period lowered from {effective} to {target} s",
+        f"a preemptible node is removed {maximum} s after it is cordoned, so a "
+        "longer grace period buys nothing",
+        GRACE_FIELD,
+    )
+    note = finding(Code.GRACE_LOWERED, f"{GRACE_FIELD}: {lowered.message}", GRACE_FIELD)
+    return GraceAdjustment(changes=(lowered,), notes=(note,))
+
+
+@lru_cache(maxsize=1024)
+def _raised(effective: int, target: int, checkpoint: int | None, margin: int) -> GraceAdjustment:
     raised = change(
         Code.GRACE_RAISED,
         f"grace period raised from {effective} to {target} s",
-        f"{CHECKPOINT_ANNOTATION} {budget.checkpoint} plus the {budget.margin} s margin",
+        f"{CHECKPOINT_ANNOTATION} {checkpoint} plus the {margin} s margin",
         GRACE_FIELD,
     )
     return GraceAdjustment(changes=(raised,))

@@ -8,7 +8,9 @@ pod with thousands of annotations costs no more than one with a few.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from webhook.engine.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
@@ -27,89 +29,119 @@ MAX_EDITS = 2
 
 def pod_annotation_hints(annotations: Mapping[Any, Any], where: str) -> list[Finding]:
     """Near misses of the pod annotations among ``annotations`` (of a pod or pod template)."""
-    hints = _near_misses(annotations, POD_KEYS, f"annotation on {where}")
-    if NAMESPACE_DEFAULT_ANNOTATION in annotations:
-        message = (
-            f"{NAMESPACE_DEFAULT_ANNOTATION} on {where} is ignored: it belongs on the "
-            f"namespace; a pod or template names its class with {WORKLOAD_ANNOTATION}"
-        )
-        path = f"metadata.annotations.{NAMESPACE_DEFAULT_ANNOTATION}"
-        hints.append(finding(Code.ANNOTATION_MISPLACED, message, path))
-    return hints
+    hints = []
+    for key, ours in _suspects(annotations):
+        if ours in POD_KEYS and key != ours:
+            message = (
+                f"annotation on {where} {shorten(key)!r} is not {ours}, so it is ignored: "
+                f"rename it to {ours}"
+            )
+            path = f"metadata.annotations.{shorten(key)}"
+            hints.append(finding(Code.ANNOTATION_NEAR_MISS, message, path))
+        elif key == NAMESPACE_DEFAULT_ANNOTATION:
+            message = (
+                f"{NAMESPACE_DEFAULT_ANNOTATION} on {where} is ignored: it belongs on the "
+                f"namespace; a pod or template names its class with {WORKLOAD_ANNOTATION}"
+            )
+            path = f"metadata.annotations.{NAMESPACE_DEFAULT_ANNOTATION}"
+            hints.append(finding(Code.ANNOTATION_MISPLACED, message, path))
+    return hints[:MAX_HINTS]
 
 
 def pod_label_hints(labels: Mapping[Any, Any], where: str) -> list[Finding]:
     """Our annotations written as labels of a pod or pod template."""
-    return _as_labels(labels, POD_KEYS, where)
+    return _as_labels(labels, POD_KEYS, where, namespaced=False)
 
 
 def namespace_hints(
     namespace: str | None, annotations: Mapping[Any, Any], labels: Mapping[Any, Any]
 ) -> list[Finding]:
     """Near misses and labels in the metadata of the pod's namespace."""
+    suspects = _suspects(annotations)
+    if not suspects and not _suspects(labels):
+        return []
     where = f"namespace {shorten(namespace or '')}"
-    hints = _near_misses(annotations, NAMESPACE_KEYS, f"annotation of {where}", namespaced=True)
-    if WORKLOAD_ANNOTATION in annotations:
-        message = (
-            f"{WORKLOAD_ANNOTATION} on {where} is ignored: a namespace names the default class "
-            f"of its pods with {NAMESPACE_DEFAULT_ANNOTATION}"
-        )
-        hints.append(finding(Code.ANNOTATION_MISPLACED, message))
-    return hints + _as_labels(
-        labels, (*NAMESPACE_KEYS, WORKLOAD_ANNOTATION), where, namespaced=True
-    )
+    hints = []
+    for key, ours in suspects:
+        if ours in NAMESPACE_KEYS and key != ours:
+            message = (
+                f"annotation of {where} {shorten(key)!r} is not {ours}, so it is ignored: "
+                f"rename it to {ours}"
+            )
+            hints.append(finding(Code.ANNOTATION_NEAR_MISS, message))
+        elif key == WORKLOAD_ANNOTATION:
+            message = (
+                f"{WORKLOAD_ANNOTATION} on {where} is ignored: a namespace names the default "
+                f"class of its pods with {NAMESPACE_DEFAULT_ANNOTATION}"
+            )
+            hints.append(finding(Code.ANNOTATION_MISPLACED, message))
+    as_labels = _as_labels(labels, (*NAMESPACE_KEYS, WORKLOAD_ANNOTATION), where, namespaced=True)
+    return [*hints, *as_labels][:MAX_HINTS]
 
 
 def _as_labels(
-    labels: Mapping[Any, Any], keys: Iterable[str], where: str, *, namespaced: bool = False
+    labels: Mapping[Any, Any], keys: tuple[str, ...], where: str, *, namespaced: bool
 ) -> list[Finding]:
     hints = []
-    for ours in keys:
-        for key in _matching_keys(labels, ours):
+    for key, ours in _suspects(labels):
+        if ours in keys:
             message = (
-                f"{shorten(str(key))} is a label of {where}; preemptguard reads {ours} from "
+                f"{shorten(key)} is a label of {where}; preemptguard reads {ours} from "
                 "annotations only: move it to metadata.annotations"
             )
-            path = "" if namespaced else f"metadata.labels.{shorten(str(key))}"
+            path = "" if namespaced else f"metadata.labels.{shorten(key)}"
             hints.append(finding(Code.CLASS_AS_LABEL, message, path))
     return hints[:MAX_HINTS]
 
 
-def _matching_keys(mapping: Mapping[Any, Any], ours: str) -> list[Any]:
-    return [k for k in _examined(mapping) if k == ours or is_near_miss(k, ours)]
+_OURS = (WORKLOAD_ANNOTATION, CHECKPOINT_ANNOTATION, NAMESPACE_DEFAULT_ANNOTATION)
+# Which of ours each key is or nearly is: most pods carry the same few keys, so most keys are
+# answered by one lookup. Bounded, so varied keys cost no memory, only time.
+_MATCHES: dict[str, tuple[str, ...]] = {}
+_MATCHES_MAX = 10_000
 
 
-def _near_misses(
-    mapping: Mapping[Any, Any], keys: Iterable[str], what: str, *, namespaced: bool = False
-) -> list[Finding]:
-    hints = []
-    for ours in keys:
-        for key in _examined(mapping):
-            if key != ours and is_near_miss(key, ours):
-                message = (
-                    f"{what} {shorten(key)!r} is not {ours}, so it is ignored: rename it to {ours}"
-                )
-                path = "" if namespaced else f"metadata.annotations.{shorten(key)}"
-                hints.append(finding(Code.ANNOTATION_NEAR_MISS, message, path))
-    return hints[:MAX_HINTS]
-
-
-def _examined(mapping: Mapping[Any, Any]) -> list[str]:
-    keys: list[str] = []
-    for key in mapping:
-        if len(keys) == MAX_KEYS_EXAMINED:
+def _suspects(mapping: Mapping[Any, Any]) -> list[tuple[str, str]]:
+    """``(key, ours)`` for each key that is one of ours or a near miss of it, among the first
+    ``MAX_KEYS_EXAMINED`` keys of ``mapping``."""
+    found = []
+    for index, key in enumerate(mapping):
+        if index == MAX_KEYS_EXAMINED:
             break
-        if isinstance(key, str):
-            keys.append(key)
-    return keys
+        if not isinstance(key, str):
+            continue
+        matches = _MATCHES.get(key)
+        if matches is None:
+            matches = tuple(ours for ours in _OURS if key == ours or is_near_miss(key, ours))
+            if len(_MATCHES) < _MATCHES_MAX:
+                _MATCHES[key] = matches
+        found += [(key, ours) for ours in matches]
+    return found
 
 
 def is_near_miss(key: str, ours: str) -> bool:
     """Whether ``key`` is ``ours`` written with a different case, a plural, or a typo."""
     if abs(len(key) - len(ours)) > MAX_EDITS:
         return False
-    folded, target = key.lower(), ours.lower()
+    folded = key.lower()
+    if not any(part in folded for part in _parts(ours)):
+        return False
+    target = ours.lower()
     return folded == target or _within_edits(folded, target, MAX_EDITS)
+
+
+# Each edit (a swap of neighbours included) touches at most two neighbouring pieces of a
+# string cut in 2 * MAX_EDITS + 1 pieces, so a near miss keeps at least one piece whole: a
+# substring test, in C, rules out nearly every key before the edit distance is computed.
+_PIECES = 2 * MAX_EDITS + 1
+
+
+@cache
+def _parts(ours: str) -> tuple[str, ...]:
+    target = ours.lower()
+    size = max(1, len(target) // _PIECES)
+    cuts = [i * size for i in range(_PIECES)] + [len(target)]
+    return tuple(target[a:b] for a, b in itertools.pairwise(cuts) if target[a:b])
 
 
 def _within_edits(a: str, b: str, limit: int) -> bool:
@@ -119,19 +151,21 @@ def _within_edits(a: str, b: str, limit: int) -> bool:
     the cost is linear in the length of the strings.
     """
     inf = limit + 1
-    prev2: dict[int, int] = {}
-    prev = {j: j for j in range(min(len(b), limit) + 1)}
+    width = len(b) + 1
+    before = [inf] * width  # row i - 2
+    prev = [j if j <= limit else inf for j in range(width)]  # row i - 1
     for i in range(1, len(a) + 1):
-        row: dict[int, int] = {}
+        row = [inf] * width
         if i <= limit:
             row[0] = i
-        for j in range(max(1, i - limit), min(len(b), i + limit) + 1):
+        low, high = max(1, i - limit), min(len(b), i + limit)
+        for j in range(low, high + 1):
             cost = 0 if a[i - 1] == b[j - 1] else 1
-            best = min(prev.get(j, inf) + 1, row.get(j - 1, inf) + 1, prev.get(j - 1, inf) + cost)
+            best = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                best = min(best, prev2.get(j - 2, inf) + 1)
+                best = min(best, before[j - 2] + 1)
             row[j] = best
-        if min(row.values(), default=inf) > limit:
+        if min(row[max(0, low - 1) : high + 1]) > limit:
             return False
-        prev2, prev = prev, row
-    return prev.get(len(b), inf) <= limit
+        before, prev = prev, row
+    return prev[len(b)] <= limit

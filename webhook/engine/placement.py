@@ -9,13 +9,14 @@ changes nothing; nothing the user wrote is removed. Functions return what they c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from webhook.engine import constraints
 from webhook.engine.constraints import LabelState, NodeConstraints, TermView
 from webhook.engine.findings import Code, Finding, change, finding, shorten
 from webhook.engine.grace import GraceBudget, adjust_grace, grace_violation
-from webhook.engine.policy import Placement, Policy, WorkloadClass
+from webhook.engine.policy import Placement, Policy, Taint, WorkloadClass
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -144,7 +145,7 @@ def _require(
     if terms is None:
         affinity = _child(_child(spec, "affinity"), "nodeAffinity")
         affinity[REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
-        return (_required_change(wclass, expr, AFFINITY_PATH),)
+        return (_required_change(wclass.name, label.key, op, label.preemptible, AFFINITY_PATH),)
     states = [None, label.standard, *sorted(node.mentioned)]
     excluded = _excluded_by(expr, label.key, states)
     views = node.terms or ()
@@ -157,7 +158,7 @@ def _require(
             exprs = term["matchExpressions"] = []
         exprs.append(dict(expr, values=list(expr["values"])))
         path = f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]"
-        changes.append(_required_change(wclass, expr, path))
+        changes.append(_required_change(wclass.name, label.key, op, label.preemptible, path))
     return tuple(changes)
 
 
@@ -173,12 +174,20 @@ def _already_narrower(term: TermView, excluded: list[LabelState]) -> bool:
     return all(not term.admits(s) for s in excluded)
 
 
-def _required_change(wclass: WorkloadClass, expr: dict[str, Any], path: str) -> Finding:
-    values = ", ".join(expr["values"])
-    where = "runs only on" if expr["operator"] == "In" else "never runs on"
-    requirement = f"requires {expr['key']} {expr['operator']} [{values}]"
-    why = f"class {wclass.name} {where} preemptible nodes"
+# The findings of changes depend on a few names only: made once, they are reused (they are
+# immutable), which spares every review their formatting.
+@lru_cache(maxsize=1024)
+def _required_change(class_name: str, key: str, op: str, value: str, path: str) -> Finding:
+    where = "runs only on" if op == "In" else "never runs on"
+    requirement = f"requires {key} {op} [{value}]"
+    why = f"class {class_name} {where} preemptible nodes"
     return change(Code.AFFINITY_REQUIRED, requirement, why, path)
+
+
+@lru_cache(maxsize=256)
+def _toleration_change(taint: Taint, class_name: str) -> Finding:
+    why = f"class {class_name} may run on preemptible nodes"
+    return change(Code.TOLERATION_ADDED, f"tolerates {taint}", why, "spec.tolerations")
 
 
 def _prefer(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass) -> tuple[Finding, ...]:
@@ -216,8 +225,7 @@ def _tolerate(spec: dict[str, Any], policy: Policy, wclass: WorkloadClass) -> tu
     if not isinstance(tolerations, list):
         tolerations = spec["tolerations"] = []
     tolerations.append(toleration)
-    why = f"class {wclass.name} may run on preemptible nodes"
-    return (change(Code.TOLERATION_ADDED, f"tolerates {taint}", why, "spec.tolerations"),)
+    return (_toleration_change(taint, wclass.name),)
 
 
 def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:

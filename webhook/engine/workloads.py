@@ -54,8 +54,10 @@ def mapping_at(obj: Obj, *path: str) -> dict[str, Any]:
     """A nested mapping read without creating anything; ``{}`` where absent or not a mapping."""
     node: Any = obj
     for part in path:
-        node = node.get(part) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
+        if type(node) is not dict:
+            return {}
+        node = node.get(part)
+    return node if type(node) is dict else {}
 
 
 def string_map(raw: Any) -> dict[str, str]:

@@ -64,10 +64,12 @@ FIRST_REQUEST_WAIT = 0.005
 REQUEST_READ_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerSettings:
     host: str = "0.0.0.0"
     port: int = 8443
+    # Worker processes; 0: one per CPU this process may use (see available_cpus).
+    workers: int = 0
     threads: int = 16
     # Longer than the idle timeout of Go's HTTP client (90 s), so the API server closes idle
     # connections first: when the server closes them, a review sent at that moment fails.
@@ -77,13 +79,41 @@ class ServerSettings:
     log_level: str = "info"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Hooks:
-    """Called in the worker process: after it starts, when asked to stop, and as it exits."""
+    """Called in each worker process after it starts, when asked to stop, and as it exits;
+    and in the arbiter once it is ready, and when a worker has exited (with its pid)."""
 
     started: Callable[[], None] = lambda: None
     stopping: Callable[[], None] = lambda: None
     exited: Callable[[], None] = lambda: None
+    ready: Callable[[], None] = lambda: None
+    worker_gone: Callable[[int], None] = lambda pid: None
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: its affinity, and the cgroup's quota where there is one
+    (a pod's CPU limit), rounded up."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(count, quota)) if quota else max(1, count)
+
+
+def _cgroup_quota() -> int | None:
+    try:
+        text = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+    except OSError:
+        return None
+    if len(text) != 2 or text[0] == "max":
+        return None
+    try:
+        quota, period = int(text[0]), int(text[1])
+    except ValueError:
+        return None
+    return -(-quota // period) if period > 0 else None
 
 
 class ReadTimeout(http.errors.NoMoreData):  # type: ignore[misc]
@@ -279,13 +309,19 @@ def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> 
     def worker_exit(server: Any, worker: Any) -> None:
         hooks.exited()
 
+    def when_ready(server: Any) -> None:
+        hooks.ready()
+
+    def child_exit(server: Any, worker: Any) -> None:
+        hooks.worker_gone(worker.pid)
+
     options: dict[str, Any] = {
         "bind": [
             f"[{settings.host}]:{settings.port}"
             if ":" in settings.host
             else f"{settings.host}:{settings.port}"
         ],
-        "workers": 1,
+        "workers": settings.workers or available_cpus(),
         "worker_class": WebhookWorker,
         "threads": settings.threads,
         "keepalive": settings.keepalive,
@@ -297,6 +333,8 @@ def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> 
         "ssl_context": ssl_context,
         "post_worker_init": post_worker_init,
         "worker_exit": worker_exit,
+        "when_ready": when_ready,
+        "child_exit": child_exit,
         "accesslog": None,
         "logconfig_dict": stdlib_config(settings.log_level),
         "loglevel": settings.log_level,

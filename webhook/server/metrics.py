@@ -2,11 +2,20 @@
 
 Served on a separate plain-HTTP port so scraping needs no TLS trust and never competes with
 admission traffic for the TLS listener.
+
+The server runs several worker processes. Each writes its metrics to files in one folder
+(prometheus_client's multiprocess mode, ``enable_multiprocess``), and the arbiter process
+serves the sum (``aggregated``): counters and histograms add up across workers; each gauge
+says how (the policy in use: the latest; the namespace cache synced: only if every live
+worker is, ``livemin``). The ``process_*`` metrics are the arbiter's; each worker's memory is
+``preemptguard_worker_resident_memory_bytes{pid}``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -16,7 +25,9 @@ from prometheus_client import (
     Histogram,
     ProcessCollector,
     generate_latest,
+    multiprocess,
     start_http_server,
+    values,
 )
 
 # Admissions take microseconds in the engine and a few milliseconds on the wire; the API
@@ -30,7 +41,14 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
-        ProcessCollector(registry=reg)
+        if not multiprocess_enabled():
+            ProcessCollector(registry=reg)
+        self.worker_memory = Gauge(
+            "preemptguard_worker_resident_memory_bytes",
+            "Resident memory of each worker process, by pid.",
+            registry=reg,
+            multiprocess_mode="liveall",
+        )
         self.admissions = Counter(
             "preemptguard_admissions",
             "Admission reviews answered, by hook, outcome and workload class.",
@@ -56,11 +74,14 @@ class Metrics:
 
     def _policy_and_certificates(self, reg: CollectorRegistry) -> None:
         self.policy_reloads = Counter(
-            "preemptguard_policy_reloads", "Policy changes loaded and in use.", registry=reg
+            "preemptguard_policy_reloads",
+            "Policy changes loaded and in use, counted in each worker process that loads one.",
+            registry=reg,
         )
         self.policy_reload_failures = Counter(
             "preemptguard_policy_reload_failures",
-            "Policy changes refused as invalid; the last good policy keeps serving.",
+            "Policy changes refused as invalid, counted in each worker process; the last good "
+            "policy keeps serving.",
             registry=reg,
         )
         self.policy_info = Gauge(
@@ -68,9 +89,12 @@ class Metrics:
             "The policy in use (value 1).",
             ["name", "mode"],
             registry=reg,
+            multiprocess_mode="livemax",
         )
         self.certificate_reloads = Counter(
-            "preemptguard_certificate_reloads", "Serving certificates loaded.", registry=reg
+            "preemptguard_certificate_reloads",
+            "Serving certificates loaded: once at start, then by each worker process.",
+            registry=reg,
         )
         self.certificate_reload_failures = Counter(
             "preemptguard_certificate_reload_failures",
@@ -81,6 +105,7 @@ class Metrics:
             "preemptguard_certificate_expiry_timestamp_seconds",
             "When the serving certificate in use expires (Unix time).",
             registry=reg,
+            multiprocess_mode="livemin",
         )
 
     def _namespace_cache(self, reg: CollectorRegistry) -> None:
@@ -89,9 +114,13 @@ class Metrics:
             "1 while the namespace cache is listed and watched; 0 when no cluster is "
             "configured, or while it is unreachable (each review then reads its namespace).",
             registry=reg,
+            multiprocess_mode="livemin",
         )
         self.namespace_cache_namespaces = Gauge(
-            "preemptguard_namespace_cache_namespaces", "Namespaces in the cache.", registry=reg
+            "preemptguard_namespace_cache_namespaces",
+            "Namespaces in the cache.",
+            registry=reg,
+            multiprocess_mode="livemax",
         )
         self.namespace_lookup_failures = Counter(
             "preemptguard_namespace_lookup_failures",
@@ -112,14 +141,21 @@ class Metrics:
             self.policy_info.remove(*self._policy_labels)
         self._policy_labels = (name, mode)
 
+    def sample_memory(self) -> None:
+        """Record this process's resident memory (read from /proc where there is one)."""
+        try:
+            pages = int(Path("/proc/self/statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+        self.worker_memory.set(pages * os.sysconf("SC_PAGE_SIZE"))
+
     def render(self) -> bytes:
         """The exposition text, as a scrape sees it."""
         return generate_latest(self.registry)
 
     def serve(self, host: str, port: int) -> MetricsServer:
         """Serve ``/metrics`` over plain HTTP on ``host:port`` in a background thread."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
-        return MetricsServer(server, thread)
+        return serve_registry(self.registry, host, port)
 
 
 class MetricsServer:
@@ -136,3 +172,43 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def enable_multiprocess(directory: Path) -> None:
+    """Make metrics created from now on write their values to files in ``directory``.
+
+    Call before any ``Metrics`` is made, in the process that then forks the workers. Setting
+    the variable alone is not enough once prometheus_client has been imported: it reads it at
+    import, so its value class is set here as well.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(directory)
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+
+
+def aggregated(directory: Path) -> CollectorRegistry:
+    """A registry of the sum over every worker's files, with the arbiter's own process."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def forget_worker(pid: int, directory: Path) -> None:
+    """Drop the live gauges of a worker that exited (its counters stay in the sums)."""
+    multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+
+
+def serve_registry(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
+    """Serve ``/metrics`` of ``registry`` over plain HTTP in a background thread."""
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    return MetricsServer(server, thread)

@@ -65,6 +65,10 @@ class PolicyStore:
     def policy(self) -> Policy:
         return self._policy
 
+    def publish(self) -> None:
+        """Set the policy_info gauge to the policy in use."""
+        self.metrics.set_policy(self._policy.name, self._policy.mode.value)
+
     def current(self) -> Policy | None:
         return self._policy
 
@@ -130,6 +134,10 @@ class CertStore:
     def context(self) -> ssl.SSLContext:
         return self._context
 
+    def publish(self) -> None:
+        """Set the certificate expiry gauge to the certificate in use."""
+        self.metrics.certificate_expiry.set(self._expiry)
+
     def check(self) -> bool:
         seen = signature([self.cert_file, self.key_file])
         if seen == self._seen:
@@ -151,7 +159,8 @@ class CertStore:
 
     def _load(self) -> ssl.SSLContext:
         context = server_context(self.cert_file, self.key_file)
-        self.metrics.certificate_expiry.set(not_after(self.cert_file.read_bytes()).timestamp())
+        self._expiry = not_after(self.cert_file.read_bytes()).timestamp()
+        self.publish()
         return context
 
 

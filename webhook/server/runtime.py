@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +14,14 @@ from webhook.admission.core import Evaluator
 from webhook.server import logs
 from webhook.server.app import create_app
 from webhook.server.gunicorn import Hooks, ServerSettings, run
-from webhook.server.metrics import Metrics, MetricsServer
+from webhook.server.metrics import (
+    Metrics,
+    MetricsServer,
+    aggregated,
+    enable_multiprocess,
+    forget_worker,
+    serve_registry,
+)
 from webhook.server.namespaces import NamespaceCache
 from webhook.server.offload import Offload
 from webhook.server.reload import CertStore, PolicyStore, Reloader
@@ -31,16 +41,24 @@ class ServeOptions:
 
 
 class Runtime:
-    """Everything one server process holds; built before gunicorn forks its worker."""
+    """Everything the server holds: built in the arbiter before gunicorn forks its workers;
+    each worker starts its own background parts (``start``), the arbiter serves the metrics of
+    all of them (``ready``)."""
 
     def __init__(self, options: ServeOptions, evaluate: Evaluator = engine.evaluate) -> None:
         """Load the policy and certificates; raises ``PolicyError`` or ``CertificateError``."""
         self.options = options
+        # gunicorn's workers are forks of this process, and return through serve() too.
+        self.arbiter_pid = os.getpid()
+        self.metrics_dir = Path(tempfile.mkdtemp(prefix="preemptguard-metrics-", dir=_SHM))
+        enable_multiprocess(self.metrics_dir)
         self.metrics = Metrics()
         self.policies = PolicyStore(options.policies, self.metrics)
         self.certs = CertStore(options.cert_file, options.key_file, self.metrics)
         self.namespaces = NamespaceCache.from_environment(self.metrics)
-        self.reloader = Reloader([self.policies, self.certs], options.reload_interval)
+        self.reloader = Reloader(
+            [self.policies, self.certs, MemorySample(self.metrics)], options.reload_interval
+        )
         self.stopping = threading.Event()
         self.metrics_server: MetricsServer | None = None
         self.offload = Offload()
@@ -59,18 +77,33 @@ class Runtime:
         return self.namespaces.not_ready()
 
     def hooks(self) -> Hooks:
-        return Hooks(started=self.start, stopping=self.stopping.set, exited=self.close)
+        return Hooks(
+            started=self.start,
+            stopping=self.stopping.set,
+            exited=self.close,
+            ready=self.ready,
+            worker_gone=lambda pid: forget_worker(pid, self.metrics_dir),
+        )
+
+    def ready(self) -> None:
+        """In the arbiter, once the workers run: serve the metrics of all of them."""
+        # What the arbiter set while loading (gauges of its own) is not a worker's.
+        forget_worker(os.getpid(), self.metrics_dir)
+        port = self.options.metrics_port
+        if port:
+            host = self.options.metrics_host or self.options.server.host
+            self.metrics_server = serve_registry(aggregated(self.metrics_dir), host, port)
 
     def start(self) -> None:
         """Start the background parts (in the worker process: threads do not survive a fork)."""
         port = self.options.metrics_port
-        if port:
-            host = self.options.metrics_host or self.options.server.host
-            self.metrics_server = self.metrics.serve(host, port)
         # The worker is forked from the server process, which holds the policy and certificate
         # loaded at start-up: a worker restarted after a crash would serve those until its
         # first poll, undoing every reload since. Read what is on disk now.
         self.reloader.check_all()
+        # A forked worker's gauges start from zero: say again what is in use.
+        self.policies.publish()
+        self.certs.publish()
         self.reloader.start()
         self.namespaces.start()
         self.offload.start()
@@ -86,15 +119,40 @@ class Runtime:
         )
 
     def close(self) -> None:
+        """In a worker, as it exits."""
         self.offload.stop()
         self.reloader.stop()
         self.namespaces.stop()
+
+    def shut(self) -> None:
+        """In the arbiter, once every worker has stopped (a no-op in a worker)."""
+        if os.getpid() != self.arbiter_pid:
+            return
         if self.metrics_server is not None:
             self.metrics_server.close()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+
+class MemorySample:
+    """Records the worker's resident memory each time the reloader polls."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def check(self) -> bool:
+        self.metrics.sample_memory()
+        return False
+
+
+# Metric files are written on every review: keep them in memory where the system allows.
+_SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def serve(options: ServeOptions, evaluate: Evaluator = engine.evaluate) -> None:
     """Run the admission server until SIGTERM; raises on a policy or certificate it cannot use."""
     logs.configure(options.server.log_level)
     runtime = Runtime(options, evaluate)
-    run(runtime.app, runtime.certs, options.server, runtime.hooks())
+    try:
+        run(runtime.app, runtime.certs, options.server, runtime.hooks())
+    finally:
+        runtime.shut()
