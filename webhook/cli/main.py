@@ -10,8 +10,11 @@ from typing import NoReturn
 import click
 
 from webhook import __version__
+from webhook.cli.audit import audit_command
+from webhook.cli.drill import drill_command
 from webhook.cli.dryrun import Result, check
 from webhook.cli.export import export_command
+from webhook.cli.observe import observe_command
 from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
 from webhook.cli.report import ExitStatus, exit_status, render_explain, render_json, render_text
 from webhook.cli.server_commands import certs_command, serve_command
@@ -173,3 +176,6 @@ def _fail_input(message: str) -> NoReturn:
 main.add_command(serve_command)
 main.add_command(certs_command)
 main.add_command(export_command)
+main.add_command(audit_command)
+main.add_command(drill_command)
+main.add_command(observe_command)

@@ -1,0 +1,294 @@
+"""The reclaim observer against the fake API server, in real (short) time: what it records for
+each displaced pod (metrics, an Event on the owner, a log line), one acting replica, and a
+restart or a hand-over that counts nothing twice."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import namespace, node, owned, pod
+from tests.cluster.fake_apiserver import FakeApiServer, stamp
+from webhook.cluster.client import Cluster, path
+from webhook.cluster.clock import SystemClock
+from webhook.cluster.lease import LeaseSettings
+from webhook.cluster.metrics import ObserverMetrics
+from webhook.cluster.observer import Observer, ObserverSettings
+from webhook.engine.policy import Policy
+from webhook.server import logs
+
+TOLERATE = {"tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]}
+FAST_LEASE = LeaseSettings(
+    namespace="preemptguard-system", duration=2, renew_deadline=1.5, retry=0.1
+)
+
+
+@dataclass
+class Running:
+    observer: Observer
+    metrics: ObserverMetrics
+    stop: threading.Event
+    thread: threading.Thread
+    cluster: Cluster
+
+    def value(self, name: str, **labels: str) -> float:
+        found = self.metrics.registry.get_sample_value(name, labels)
+        return found or 0.0
+
+    def displaced(self) -> float:
+        return sum(
+            s.value
+            for m in self.metrics.registry.collect()
+            if m.name == "preemptguard_displaced_pods"
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+
+
+@dataclass
+class Observers:
+    connect: Callable[[], Cluster]
+    policy: Policy
+    running: list[Running] = field(default_factory=list)
+
+    def start(self, identity: str, **settings: Any) -> Running:
+        cluster = self.connect()
+        metrics = ObserverMetrics()
+        stop = threading.Event()
+        observer = Observer(
+            cluster,
+            self.policy,
+            ObserverSettings(lease=FAST_LEASE, identity=identity, watch_seconds=5, **settings),
+            metrics,
+            SystemClock(stop),
+        )
+        thread = threading.Thread(target=observer.run, args=(stop,), daemon=True)
+        thread.start()
+        run = Running(observer, metrics, stop, thread, cluster)
+        self.running.append(run)
+        return run
+
+
+@pytest.fixture
+def observers(connect: Callable[[], Cluster], policy: Policy) -> Iterator[Observers]:
+    made = Observers(connect, policy)
+    yield made
+    for run in made.running:
+        run.stop.set()
+    for run in made.running:
+        run.thread.join(timeout=10)
+
+
+@pytest.fixture
+def log_lines() -> Iterator[Callable[[str], list[dict[str, Any]]]]:
+    stream = io.StringIO()
+    logs.configure("info", stream)
+
+    def lines(event: str) -> list[dict[str, Any]]:
+        found = [json.loads(line) for line in stream.getvalue().splitlines() if line]
+        return [line for line in found if line.get("event") == event]
+
+    yield lines
+    logs.configure("info")
+
+
+def _wait(condition: Callable[[], object], timeout: float = 15, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or condition}")
+
+
+def _cluster(fake: FakeApiServer, policy: Policy) -> None:
+    fake.put(node("pre-1", "preemptible"))
+    fake.put(node("std-1", "standard"))
+    fake.put(namespace("team"))
+    fake.put(owned("Deployment", "web"))
+    fake.put(owned("ReplicaSet", "web-7d9", metadata={"ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web",
+         "controller": True}]}))  # fmt: skip
+    put = fake.put
+    put(pod("sweep", workload="interruptible", node_name="pre-1", placed=True, policy=policy,
+            grace=240, annotations={"together.ai/checkpoint-seconds": "210"},
+            owner=("batch/v1", "Job", "sweep")))  # fmt: skip
+    put(pod("web-7d9-x", workload="flexible", node_name="pre-1", placed=True, policy=policy,
+            owner=("apps/v1", "ReplicaSet", "web-7d9")))  # fmt: skip
+    put(pod("eval", workload="flexible", node_name="pre-1", placed=True, policy=policy, grace=1))
+    put(pod("stuck", "research", node_name="pre-1", grace=60, **TOLERATE))  # no class, no record
+    put(pod("elsewhere", workload="interruptible", node_name="std-1"))
+    put(owned("DaemonSet", "agent"))
+    put(pod("agent-x", node_name="pre-1", owner=("apps/v1", "DaemonSet", "agent")))
+
+
+def _reclaim(fake: FakeApiServer, cluster: Cluster, *pods: str) -> None:
+    """T+0 as the provider does it: cordon, the Event, every pod deleted with its grace."""
+    fake.modify("Node", "pre-1", spec={"unschedulable": True})
+    now = stamp(time.time())
+    fake.put({"kind": "Event", "metadata": {"name": "pre-1.1", "namespace": "default"},
+              "involvedObject": {"kind": "Node", "name": "pre-1"}, "reason": "TogetherPreempted",
+              "firstTimestamp": now, "lastTimestamp": now})  # fmt: skip
+    for name in pods:
+        stored = next(p for p in fake.list("Pod") if p["metadata"]["name"] == name)
+        cluster.delete(path("pods", namespace=stored["metadata"]["namespace"], name=name))
+
+
+def _events(fake: FakeApiServer, reason: str) -> dict[str, dict[str, Any]]:
+    return {e["involvedObject"]["name"]: e for e in fake.list("Event") if e["reason"] == reason}
+
+
+def test_each_displaced_pod_gets_its_outcome_as_metrics_an_event_on_its_owner_and_a_log_line(
+    fake: FakeApiServer,
+    connect: Callable[[], Cluster],
+    observers: Observers,
+    policy: Policy,
+    log_lines: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    _cluster(fake, policy)
+    run = observers.start("observer-a")
+    _wait(run.observer.leading.is_set, what="leadership")
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
+    time.sleep(0.5)
+    fake.remove("Pod", "sweep", "team")
+    fake.remove("Pod", "web-7d9-x", "team")
+    time.sleep(2.2)
+    fake.remove("Pod", "eval", "team")  # 2.7 s after SIGTERM: past its 1 s grace
+    _wait(lambda: run.displaced() == 3, what="three outcomes")
+    fake.remove("Node", "pre-1")  # the node removed with "stuck" still inside its grace
+    _wait(lambda: run.displaced() == 4, what="four outcomes")
+
+    assert run.value("preemptguard_reclaims_total", trigger="event") == 1
+    value = run.value
+    assert value("preemptguard_displaced_pods_total", workload_class="interruptible",
+                 outcome="exited-in-time") == 1  # fmt: skip
+    assert value("preemptguard_displaced_pods_total", workload_class="flexible",
+                 outcome="exited-in-time") == 1  # fmt: skip
+    assert value("preemptguard_displaced_pods_total", workload_class="flexible",
+                 outcome="grace-expired") == 1  # fmt: skip
+    assert value("preemptguard_displaced_pods_total", workload_class="unclassified",
+                 outcome="lost-with-node") == 1  # fmt: skip
+    assert value("preemptguard_displaced_pod_exit_seconds_count", workload_class="flexible") == 2
+    assert value("preemptguard_displaced_pod_exit_seconds_bucket", workload_class="interruptible",
+                 le="5.0") == 1  # fmt: skip
+
+    exited = _events(fake, "ReclaimExitedInTime")
+    assert set(exited) == {"sweep", "web"}  # the Job; the Deployment behind the ReplicaSet
+    assert exited["sweep"]["involvedObject"]["kind"] == "Job"
+    assert exited["web"]["involvedObject"] == {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web",
+        "namespace": "team"}  # fmt: skip
+    assert re.fullmatch(
+        r"pod sweep \(interruptible\) on preemptible node pre-1 exited [01] s after SIGTERM, "
+        r"checkpoint budget 240 s \(declared checkpoint 210 s\)",
+        exited["sweep"]["message"],
+    )
+    expired = _events(fake, "ReclaimGraceExpired")
+    assert expired["eval"]["type"] == "Warning"
+    assert (
+        "was still running when its 1 s grace period ran out (gone 3 s after SIGTERM)"
+        in expired["eval"]["message"]
+    )
+    lost = _events(fake, "ReclaimLostWithNode")
+    assert lost["stuck"]["involvedObject"]["kind"] == "Pod"  # no owner: the pod itself
+    assert (
+        "was lost with the node 3 s after SIGTERM, still inside its 60 s grace period"
+        in lost["stuck"]["message"]
+    )
+    (node_event,) = _events(fake, "ReclaimObserved").values()
+    assert "4 pods displaced" in node_event["message"]  # the DaemonSet's pod is the node's
+
+    (reclaim,) = log_lines("reclaim")
+    assert (reclaim["node"], reclaim["trigger"], reclaim["displaced"]) == ("pre-1", "event", 4)
+    lines = {line["pod"]: line for line in log_lines("displaced_pod")}
+    assert set(lines) == {"sweep", "web-7d9-x", "eval", "stuck"}
+    sweep = lines["sweep"]
+    assert (sweep["workload_class"], sweep["grace_seconds"], sweep["checkpoint_seconds"],
+            sweep["outcome"], sweep["owner"]) == ("interruptible", 240, 210, "exited-in-time", "Job/sweep")  # fmt: skip
+    assert 0.3 < sweep["exit_seconds"] < 1.5
+    assert 2.4 < lines["eval"]["exit_seconds"] < 3.5
+    assert lines["stuck"]["outcome"] == "lost-with-node"
+
+
+def test_a_restarted_observer_resumes_without_counting_anything_twice(
+    fake: FakeApiServer, connect: Callable[[], Cluster], observers: Observers, policy: Policy
+) -> None:
+    _cluster(fake, policy)
+    first = observers.start("observer-a")
+    _wait(first.observer.leading.is_set, what="leadership")
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
+    time.sleep(0.3)
+    fake.remove("Pod", "sweep", "team")
+    _wait(lambda: first.displaced() == 1, what="the first outcome")
+    first.halt()
+    # The pod exits while no observer runs; then a new one starts and sees the rest.
+    fake.remove("Pod", "web-7d9-x", "team")
+    second = observers.start("observer-b")
+    _wait(second.observer.leading.is_set, what="leadership after the restart")
+    fake.remove("Pod", "eval", "team")
+    fake.remove("Node", "pre-1")
+    _wait(lambda: second.displaced() == 2, what="the remaining outcomes")
+    time.sleep(0.5)
+    assert first.value("preemptguard_reclaims_total", trigger="event") == 1
+    assert second.value("preemptguard_reclaims_total", trigger="event") == 0  # seen before
+    assert first.displaced() == 1
+    assert second.displaced() == 2  # eval and stuck; web-7d9-x went while nobody watched
+    outcome_events = [e for e in fake.list("Event") if e["reason"].startswith("Reclaim")
+                      and e["reason"] != "ReclaimObserved"]  # fmt: skip
+    assert sorted(e["involvedObject"]["name"] for e in outcome_events) == ["eval", "stuck", "sweep"]
+
+
+def test_of_two_replicas_one_acts_and_the_other_takes_over_without_recounting(
+    fake: FakeApiServer, connect: Callable[[], Cluster], observers: Observers, policy: Policy
+) -> None:
+    _cluster(fake, policy)
+    a = observers.start("observer-a")
+    _wait(a.observer.leading.is_set, what="a leads")
+    b = observers.start("observer-b")
+    _wait(b.observer.synced.is_set, what="b synced")
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
+    time.sleep(0.3)
+    fake.remove("Pod", "sweep", "team")
+    _wait(lambda: a.displaced() == 1, what="a records")
+    assert not b.observer.leading.is_set()
+    assert b.displaced() == 0
+    a.halt()  # releases the Lease: b takes over at once
+    _wait(b.observer.leading.is_set, timeout=5, what="b leads")
+    fake.remove("Pod", "web-7d9-x", "team")
+    _wait(lambda: b.displaced() == 1, what="b records")
+    time.sleep(0.3)
+    assert b.value("preemptguard_reclaims_total", trigger="event") == 0
+    assert b.displaced() == 1  # sweep, replayed from what b saw while following, was not recounted
+    assert b.value("preemptguard_observer_leader") == 1
+
+
+def test_the_periodic_audit_exports_its_counts(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    _cluster(fake, policy)
+    metrics = ObserverMetrics()
+    settings = ObserverSettings(lease=FAST_LEASE, identity="a", audit_interval=600,
+                                audit_reports=True)  # fmt: skip
+    observer = Observer(connect(), policy, settings, metrics, SystemClock())
+    result = observer.audit_once()
+    assert result is not None
+    sample = metrics.registry.get_sample_value
+    assert sample("preemptguard_audit_findings", {"code": "unplaced"}) == 1
+    assert sample("preemptguard_audit_findings", {"code": "refused"}) == 1  # web has no template
+    assert sample("preemptguard_audit_findings", {"code": "interruptible-on-standard"}) == 1
+    assert sample("preemptguard_audit_objects", {"kind": "pods"}) == 6
+    assert sample("preemptguard_audit_runs_total", {"result": "ok"}) == 1
+    assert fake.get("PolicyReport", "preemptguard", "team") is not None

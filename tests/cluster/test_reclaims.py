@@ -1,0 +1,199 @@
+"""Recognising reclaims and deciding each displaced pod's outcome (``reclaims.Tracker``), from
+the objects the watches deliver, at the times they arrive: no API server, no real clock."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import T0, node, pod
+from tests.cluster.fake_apiserver import stamp
+from webhook.cluster.reclaims import (
+    GRACE_SLACK,
+    Outcome,
+    ReclaimSeen,
+    Record,
+    Tracker,
+    Trigger,
+)
+from webhook.engine.policy import Policy
+
+Obj = dict[str, Any]
+
+
+def _node(name: str = "pre-1", cls: str = "preemptible", cordoned: bool = False) -> Obj:
+    obj = node(name, cls, **({"unschedulable": True} if cordoned else {}))
+    obj["metadata"]["uid"] = f"uid-{name}"
+    return obj
+
+
+def _pod(name: str, grace: int, **kwargs: Any) -> Obj:
+    obj = pod(name, node_name=kwargs.pop("node_name", "pre-1"), grace=grace, **kwargs)
+    obj["metadata"]["uid"] = f"uid-{name}"
+    obj["metadata"]["creationTimestamp"] = stamp(T0 - 3600)
+    return obj
+
+
+def _deleting(obj: Obj, at: float, grace: int | None = None) -> Obj:
+    obj = copy.deepcopy(obj)
+    grace = obj["spec"]["terminationGracePeriodSeconds"] if grace is None else grace
+    obj["metadata"]["deletionTimestamp"] = stamp(at + grace)
+    obj["metadata"]["deletionGracePeriodSeconds"] = grace
+    return obj
+
+
+def _event(node_name: str = "pre-1", at: float = T0, uid: str = "uid-event-1") -> Obj:
+    return {
+        "metadata": {"name": f"{node_name}.1", "namespace": "default", "uid": uid},
+        "involvedObject": {"kind": "Node", "name": node_name},
+        "reason": "TogetherPreempted",
+        "firstTimestamp": stamp(at),
+    }
+
+
+@pytest.fixture
+def tracker(policy: Policy) -> Tracker:
+    return Tracker(policy=policy, classify=lambda p: p["metadata"]["annotations"].get(
+        "together.ai/workload", "unclassified"))  # fmt: skip
+
+
+def _records(actions: list[Any]) -> list[Record]:
+    return [a for a in actions if isinstance(a, Record)]
+
+
+def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: Tracker) -> None:
+    sweep = _pod("sweep", 240, workload="interruptible",
+                 annotations={"together.ai/checkpoint-seconds": "210"}, owner=("batch/v1", "Job", "sweep"))  # fmt: skip
+    slow = _pod("slow", 5, workload="flexible")
+    stuck = _pod("stuck", 60, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    for p in (sweep, slow, stuck):
+        assert tracker.pod("ADDED", p, T0 - 10) == []
+    # T+0: cordon, the Event, SIGTERM (the deletions, seen a moment later).
+    assert tracker.node("MODIFIED", _node(cordoned=True), T0) == []
+    (seen,) = tracker.preempted_event(_event(), T0)
+    assert isinstance(seen, ReclaimSeen)
+    assert (seen.new, seen.key, seen.displaced, seen.reclaim.trigger) == (
+        True, "uid-event-1", 3, Trigger.EVENT)  # fmt: skip
+    for p in (sweep, slow, stuck):
+        assert tracker.pod("MODIFIED", _deleting(p, T0 + 0.2), T0 + 0.2) == []
+    (exited,) = _records(tracker.pod("DELETED", sweep, T0 + 41.2))
+    assert (exited.outcome, exited.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(41.0))
+    assert exited.pod.owner is not None
+    assert exited.pod.owner.kind == "Job"
+    assert exited.message() == (
+        "pod sweep (interruptible) on preemptible node pre-1 exited 41 s after SIGTERM, "
+        "checkpoint budget 240 s (declared checkpoint 210 s)"
+    )
+    (late,) = _records(tracker.pod("DELETED", slow, T0 + 8.2))
+    assert (late.outcome, late.seconds) == (Outcome.GRACE_EXPIRED, pytest.approx(8.0))
+    assert (
+        "was still running when its 5 s grace period ran out (gone 8 s after SIGTERM)"
+        in late.message()
+    )
+    (lost,) = _records(tracker.node("DELETED", _node(cordoned=True), T0 + 50.2))
+    assert (lost.outcome, lost.seconds) == (Outcome.LOST_WITH_NODE, pytest.approx(50.0))
+    assert (
+        "was lost with the node 50 s after SIGTERM, still inside its 60 s grace period"
+        in lost.message()
+    )
+    assert not tracker.displaced
+    assert not tracker.reclaims
+    # The pod GC removing what was on the node records nothing more.
+    assert tracker.pod("DELETED", stuck, T0 + 60) == []
+
+
+def test_a_cordoned_node_whose_pods_are_deleted_is_a_reclaim_without_the_event(
+    tracker: Tracker,
+) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    tracker.node("MODIFIED", _node(cordoned=True), T0)
+    seen, *rest = tracker.pod("MODIFIED", _deleting(job, T0 + 1), T0 + 1)
+    assert isinstance(seen, ReclaimSeen)
+    assert (seen.reclaim.trigger, seen.key, seen.displaced) == (Trigger.CORDON, "uid-pre-1", 1)
+    assert rest == []
+    # The Event arriving later adds a key to mark, and counts nothing new.
+    (again,) = tracker.preempted_event(_event(at=T0), T0 + 2)
+    assert isinstance(again, ReclaimSeen)
+    assert (again.new, again.key) == (False, "uid-event-1")
+    (done,) = _records(tracker.pod("DELETED", job, T0 + 11))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(10.0))
+
+
+def test_deleting_pods_on_a_node_that_is_not_cordoned_is_no_reclaim(tracker: Tracker) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0)
+    tracker.pod("ADDED", job, T0)
+    assert tracker.pod("MODIFIED", _deleting(job, T0 + 1), T0 + 1) == []
+    assert tracker.pod("DELETED", job, T0 + 2) == []
+
+
+def test_standard_nodes_daemonset_pods_and_late_pods_are_not_displaced(tracker: Tracker) -> None:
+    tracker.node("ADDED", _node("std-1", "standard", cordoned=True), T0)
+    assert tracker.preempted_event(_event("std-1"), T0) == []
+    tracker.node("ADDED", _node(), T0)
+    tracker.pod("ADDED", _pod("agent", 30, owner=("apps/v1", "DaemonSet", "agent")), T0)
+    late = _pod("late", 30)
+    late["metadata"]["creationTimestamp"] = stamp(T0 + 5)
+    (seen,) = tracker.preempted_event(_event(), T0)
+    assert isinstance(seen, ReclaimSeen)
+    assert seen.displaced == 0
+    assert tracker.pod("ADDED", late, T0 + 5) == []
+    assert not tracker.displaced
+
+
+def test_a_pod_that_finishes_counts_as_exited(tracker: Tracker) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(cordoned=True), T0)
+    tracker.pod("ADDED", job, T0)
+    tracker.preempted_event(_event(), T0)
+    finished = copy.deepcopy(job)
+    finished["status"]["phase"] = "Succeeded"
+    (done,) = _records(tracker.pod("MODIFIED", finished, T0 + 12))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(12.0))
+    assert tracker.pod("DELETED", finished, T0 + 20) == []
+
+
+def test_a_pod_that_never_goes_is_recorded_after_its_grace_and_the_slack(tracker: Tracker) -> None:
+    job = _pod("job", 30)
+    tracker.node("ADDED", _node(cordoned=True), T0)
+    tracker.pod("ADDED", job, T0)
+    tracker.preempted_event(_event(), T0)
+    tracker.pod("MODIFIED", _deleting(job, T0), T0)
+    assert tracker.tick(T0 + 30 + GRACE_SLACK - 1) == []
+    (expired,) = _records(tracker.tick(T0 + 30 + GRACE_SLACK + 1))
+    assert (expired.outcome, expired.seconds) == (Outcome.GRACE_EXPIRED, None)
+    assert "still there 61 s after SIGTERM" in expired.message()
+    assert tracker.pod("DELETED", job, T0 + 100) == []
+
+
+def test_a_restarted_tracker_rebuilds_the_reclaim_from_what_it_lists(policy: Policy) -> None:
+    """Same key for the reclaim (the Event's uid), SIGTERM read from the deletion."""
+    job = _pod("job", 60, workload="interruptible")
+    first = Tracker(policy=policy, classify=lambda p: "interruptible")
+    first.node("ADDED", _node(), T0 - 5)
+    first.pod("ADDED", job, T0 - 5)
+    first.node("MODIFIED", _node(cordoned=True), T0)
+    (seen,) = first.preempted_event(_event(), T0)
+    first.pod("MODIFIED", _deleting(job, T0), T0)
+    # A new process lists nodes, Events, then pods, 20 s later.
+    second = Tracker(policy=policy, classify=lambda p: "interruptible")
+    second.replace_nodes([_node(cordoned=True)], T0 + 20)
+    (again,) = second.preempted_event(_event(), T0 + 20)
+    assert isinstance(again, ReclaimSeen)
+    assert isinstance(seen, ReclaimSeen)
+    assert again.key == seen.key
+    second.replace_pods([_deleting(job, T0)], T0 + 20)
+    assert second.displaced["uid-job"].sigterm == pytest.approx(T0)
+    (done,) = _records(second.replace_pods([], T0 + 25))  # gone while nobody watched
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(25.0))
+
+
+def test_a_stale_event_starts_nothing(tracker: Tracker) -> None:
+    tracker.node("ADDED", _node(cordoned=True), T0)
+    assert tracker.preempted_event(_event(at=T0 - 3600), T0) == []
+    assert tracker.preempted_event({"reason": "Other"}, T0) == []

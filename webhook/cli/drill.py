@@ -1,0 +1,176 @@
+"""``preemptguard drill NODE``: rehearse a reclaim of one preemptible node."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from webhook.cli.audit import (
+    ERROR,
+    StatusLine,
+    cluster_options,
+    connect,
+    fail,
+    load,
+    policies_option,
+)
+
+if TYPE_CHECKING:
+    from webhook.cluster.drill import Plan, Report
+
+DRILL_EXAMPLES = """
+\b
+Examples:
+  preemptguard drill gpu-spot-17 --dry-run      # the plan: pods, classes, grace periods
+  preemptguard drill gpu-spot-17                # asks before it starts
+  preemptguard drill gpu-spot-17 --yes --uncordon -o json
+"""
+
+CLEAN, NOT_CLEAN = 0, 1
+BAR_WIDTH = 30
+
+
+@click.command("drill", epilog=DRILL_EXAMPLES)
+@click.argument("node")
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--uncordon", is_flag=True, help="Uncordon the node at the end (default: leave it cordoned)."
+)
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for the pods to exit: the provider's window before the node is gone.",
+)
+@policies_option
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@cluster_options
+def drill_command(
+    node: str,
+    dry_run: bool,
+    yes: bool,
+    uncordon: bool,
+    wait_seconds: float,
+    policies: Path | None,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Rehearse a reclaim of preemptible NODE, as the provider does it.
+
+    Cordons the node, emits the TogetherPreempted Event, deletes every pod on it with its own
+    grace period (a delete, not an eviction: PodDisruptionBudgets are not honoured, as the
+    provider does not honour them), waits for them to exit, and reports per pod when it
+    exited or that it was still running at the deadline, and which pods of a standard-only
+    class were on the node. DaemonSet and mirror pods are left running. The node is not
+    removed and stays cordoned unless --uncordon is given. A standard node is refused.
+
+    Exit status: 0 every pod exited within its grace period and no critical pod was on the
+    node, 1 otherwise, 2 error (including a refused node or an unconfirmed drill).
+    """
+    from webhook.cluster import drill
+    from webhook.cluster.client import ClusterError
+    from webhook.cluster.clock import SystemClock
+
+    policy = load(policies)
+    cluster = connect(kubeconfig, context)
+    try:
+        the_plan = drill.plan(cluster, node, policy, wait_seconds=wait_seconds)
+    except ClusterError as exc:
+        cluster.close()
+        fail(str(exc))
+    if dry_run:
+        click.echo(json.dumps(the_plan.as_json(), indent=2) if output == "json" else
+                   render_plan(the_plan, dry_run=True))  # fmt: skip
+        sys.exit(CLEAN)
+    if output == "text":
+        click.echo(render_plan(the_plan, dry_run=False))
+    if not yes and not click.confirm(
+        f"Cordon {node} and delete {len(the_plan.to_delete)} pods now?", err=True
+    ):
+        click.echo("drill not started", err=True)
+        sys.exit(ERROR)
+    status = StatusLine(every=10.0)
+
+    def progress(waited: float, wait: float, gone: int, total: int) -> None:
+        status.show(_bar(waited, wait, gone, total))
+
+    try:
+        report = drill.execute(
+            cluster, the_plan, SystemClock(), uncordon=uncordon, progress=progress
+        )
+    except ClusterError as exc:
+        status.done()
+        fail(str(exc))
+    finally:
+        cluster.close()
+    status.done()
+    click.echo(json.dumps(report.as_json(), indent=2) if output == "json" else render(report))
+    sys.exit(CLEAN if report.clean else NOT_CLEAN)
+
+
+def _bar(waited: float, wait: float, gone: int, total: int) -> str:
+    filled = int(BAR_WIDTH * (waited / wait)) if wait else BAR_WIDTH
+    bar = "#" * filled + "." * (BAR_WIDTH - filled)
+    return f"drill: [{bar}] {waited:3.0f}/{wait:.0f} s  {gone} of {total} pods gone"
+
+
+def render_plan(the_plan: Plan, *, dry_run: bool) -> str:
+    heading = "Plan" if dry_run else "Drill"
+    cordon = "already cordoned" if the_plan.cordoned else "cordon it"
+    lines = [
+        f"{heading}: reclaim of {the_plan.node_class} node {the_plan.node}: {cordon}, emit "
+        f"TogetherPreempted, delete {len(the_plan.to_delete)} pods with their own grace "
+        f"period, wait up to {the_plan.wait_seconds:.0f} s",
+    ]
+    actions = {
+        "delete": "delete",
+        "daemonset": "leave (DaemonSet pod)",
+        "mirror": "leave (mirror pod)",
+        "terminating": "leave (already terminating)",
+    }
+    for p in the_plan.pods:
+        checkpoint = f"{p.checkpoint} s" if p.checkpoint is not None else "-"
+        critical = "  CRITICAL: must not run on preemptible nodes" if p.critical else ""
+        lines.append(
+            f"  {actions[p.action]:<28} {p.namespace}/{p.name}  class={p.workload_class}  "
+            f"grace={p.grace} s  checkpoint={checkpoint}  owner={p.owner}{critical}"
+        )
+    if not the_plan.pods:
+        lines.append("  (no pods on the node)")
+    lines.append(_critical_line(the_plan))
+    return "\n".join(lines)
+
+
+def _critical_line(the_plan: Plan) -> str:
+    if not the_plan.critical:
+        return "Critical pods on the node: none"
+    names = ", ".join(f"{p.namespace}/{p.name} ({p.workload_class})" for p in the_plan.critical)
+    return f"Critical pods on the node: {len(the_plan.critical)} ({names})"
+
+
+def render(report: Report) -> str:
+    lines = [
+        f"Drill of {report.plan.node}: TogetherPreempted Event {report.event}, "
+        f"{len(report.results)} pods deleted, waited {report.waited:.0f} s"
+    ]
+    for r in report.results:
+        lines.append(f"  {r.pod.namespace}/{r.pod.name} ({r.pod.workload_class}): {r.describe()}")
+    outcomes: dict[str, int] = {}
+    for r in report.results:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "no pods"
+    lines.append(f"Outcomes: {counts}")
+    lines.append(_critical_line(report.plan))
+    node_state = "uncordoned" if report.uncordoned else "left cordoned (--uncordon to undo)"
+    lines.append(f"Node {report.plan.node}: {node_state}")
+    return "\n".join(lines)

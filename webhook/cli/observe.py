@@ -1,0 +1,125 @@
+"""``preemptguard observe``: the reclaim observer, run as its own Deployment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from webhook.cli.audit import ERROR, cluster_options, connect, load, policies_option
+from webhook.server.logs import LEVELS
+
+OBSERVE_EXAMPLES = """
+\b
+Examples:
+  preemptguard observe --metrics-port 9090
+  preemptguard observe --audit-interval 600 --audit-reports
+"""
+
+
+@click.command("observe", epilog=OBSERVE_EXAMPLES)
+@policies_option
+@click.option("--metrics-host", default="0.0.0.0", show_default=True)
+@click.option(
+    "--metrics-port", default=9090, show_default=True, help="Plain-HTTP port of /metrics; 0: off."
+)
+@click.option(
+    "--lease-name", default="preemptguard-observer", show_default=True, help="The Lease to hold."
+)
+@click.option(
+    "--lease-namespace",
+    default=None,
+    help="Namespace of the Lease (default: the pod's own, or the kubeconfig context's).",
+)
+@click.option(
+    "--identity", default=None, help="This replica's name in the Lease (default: pod name)."
+)
+@click.option(
+    "--no-leader-election",
+    is_flag=True,
+    help="Act without holding the Lease (one replica only, e.g. on a laptop).",
+)
+@click.option(
+    "--audit-interval",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds between periodic audits by the leader, exported as metrics; 0: none.",
+)
+@click.option("--audit-reports", is_flag=True, help="Periodic audits also write PolicyReports.")
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@cluster_options
+def observe_command(
+    policies: Path | None,
+    metrics_host: str,
+    metrics_port: int,
+    lease_name: str,
+    lease_namespace: str | None,
+    identity: str | None,
+    no_leader_election: bool,
+    audit_interval: float,
+    audit_reports: bool,
+    log_level: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Watch every reclaim of a preemptible node and report what happened to its pods.
+
+    Watches Nodes, Pods and TogetherPreempted Events. For each pod a reclaim displaces it
+    records the class, grace period, declared checkpoint, the time from SIGTERM to its exit
+    and the outcome (exited in time, still running when its grace ran out, lost with the
+    node), as Prometheus metrics, a Kubernetes Event on the pod's owner and a JSON log line.
+    Run two replicas: one holds a coordination.k8s.io Lease and acts, the other takes over.
+    Runs until SIGTERM.
+    """
+    from webhook.cluster.client import ClusterError
+    from webhook.cluster.clock import SystemClock
+    from webhook.cluster.lease import LeaseSettings
+    from webhook.cluster.metrics import ObserverMetrics
+    from webhook.cluster.observer import Observer, ObserverSettings
+    from webhook.server import logs
+
+    if audit_reports and not audit_interval:
+        raise click.UsageError("--audit-reports needs --audit-interval")
+    logs.configure(log_level)
+    policy = load(policies)
+    cluster = connect(kubeconfig, context)
+    stop = threading.Event()
+    settings = ObserverSettings(
+        lease=LeaseSettings(namespace=lease_namespace or cluster.namespace, name=lease_name),
+        identity=identity or _identity(),
+        leader_election=not no_leader_election,
+        audit_interval=audit_interval,
+        audit_reports=audit_reports,
+    )
+    metrics = ObserverMetrics()
+    endpoint = metrics.serve(metrics_host, metrics_port) if metrics_port else None
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    observer = Observer(cluster, policy, settings, metrics, SystemClock(stop))
+    try:
+        observer.run(stop)
+    except ClusterError as exc:
+        click.echo(f"preemptguard observe: {exc}", err=True)
+        sys.exit(ERROR)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+        cluster.close()
+
+
+def _identity() -> str:
+    """The pod's name (``POD_NAME`` from the downward API, else the hostname), made unique."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:8]}"

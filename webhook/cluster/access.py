@@ -1,0 +1,121 @@
+"""Which API calls each part of the live-cluster code makes, as the RBAC rules they need.
+
+Declared once, here, beside the code: ``tests/cluster/test_rbac.py`` checks both ways that the
+ClusterRoles in ``manifests/components/observer/`` grant exactly these and nothing more, and
+that the calls recorded while the tests run (``Cluster.calls``) are all declared and all made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+
+@dataclass(frozen=True, order=True)
+class Access:
+    """One RBAC permission: a verb on a resource of an API group ("" is the core group)."""
+
+    group: str
+    resource: str
+    verb: str
+
+    def __str__(self) -> str:
+        group = self.group or "core"
+        return f"{self.verb} {self.resource}.{group}"
+
+
+def _grant(group: str, resource: str, *verbs: str) -> frozenset[Access]:
+    return frozenset(Access(group, resource, verb) for verb in verbs)
+
+
+def _union(*parts: Iterable[Access]) -> frozenset[Access]:
+    return frozenset(a for part in parts for a in part)
+
+
+# `preemptguard audit`: one paginated list of each kind, nothing per object.
+AUDIT = _union(
+    _grant("", "namespaces", "list"),
+    _grant("", "nodes", "list"),
+    _grant("", "pods", "list"),
+    _grant("apps", "deployments", "list"),
+    _grant("apps", "statefulsets", "list"),
+    _grant("apps", "replicasets", "list"),
+    # Only to confirm that the DaemonSet a pod names as its controller exists (see inventory).
+    _grant("apps", "daemonsets", "list"),
+    _grant("batch", "jobs", "list"),
+    _grant("batch", "cronjobs", "list"),
+)
+
+# `preemptguard audit --report`: the reports it wrote before (to clear those of namespaces now
+# clean), and server-side apply, which creates a report the first time.
+AUDIT_REPORTS = _grant("wgpolicyk8s.io", "policyreports", "list", "create", "patch")
+
+# The reclaim observer, cluster-wide: watches, the namespaces of displaced pods without a
+# placement record (to classify them), the Deployment behind a ReplicaSet, and its Events.
+OBSERVER = _union(
+    _grant("", "nodes", "list", "watch"),
+    _grant("", "pods", "list", "watch"),
+    _grant("", "events", "list", "watch", "create"),
+    _grant("", "namespaces", "get"),
+    _grant("apps", "replicasets", "get"),
+)
+
+# The observer's leader election, in its own namespace only (a Role, not a ClusterRole).
+OBSERVER_LEASE = _grant("coordination.k8s.io", "leases", "get", "create", "update")
+
+# `preemptguard drill NODE`: the node (read, cordon, uncordon), its pods (listed by node,
+# deleted), their namespaces (to classify them) and the TogetherPreempted Event.
+DRILL = _union(
+    _grant("", "nodes", "get", "patch"),
+    _grant("", "pods", "list", "delete"),
+    _grant("", "namespaces", "get"),
+    _grant("", "events", "create"),
+)
+
+# The shipped roles, by name (manifests/components/observer/).
+CLUSTER_ROLES: Mapping[str, frozenset[Access]] = {
+    "preemptguard-audit": AUDIT,
+    "preemptguard-audit-reports": AUDIT_REPORTS,
+    "preemptguard-observer": OBSERVER,
+    "preemptguard-drill": DRILL,
+}
+LEASE_ROLE = "preemptguard-observer-lease"
+
+
+def access_of(method: str, path: str, query: str | Mapping[str, list[str]] = "") -> Access:
+    """The permission a request needs, as the API server's RBAC authorizer derives it.
+
+    ``path`` is ``/api/v1/...`` or ``/apis/GROUP/VERSION/...``; a subresource
+    (``pods/status``) is named ``resource/subresource``.
+    """
+    params = parse_qs(query) if isinstance(query, str) else query
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[:1] == ["api"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        raise ValueError(f"not a resource path: {path}")
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        rest = rest[2:]  # namespaced: /namespaces/NS/RESOURCE[/NAME[/SUB]]
+    if not rest:
+        raise ValueError(f"not a resource path: {path}")
+    resource = rest[0]
+    named = len(rest) >= 2
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    return Access(group, resource, _verb(method.upper(), named, params))
+
+
+def _verb(method: str, named: bool, params: Mapping[str, list[str]]) -> str:
+    if method == "GET":
+        if params.get("watch", [""])[0] in ("true", "1"):
+            return "watch"
+        return "get" if named else "list"
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+    if method in verbs:
+        return verbs[method]
+    if method == "DELETE":
+        return "delete" if named else "deletecollection"
+    raise ValueError(f"no RBAC verb for {method}")

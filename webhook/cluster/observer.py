@@ -1,0 +1,434 @@
+"""``preemptguard observe``: watches Nodes, Pods and ``TogetherPreempted`` Events, recognises
+reclaims (``reclaims.Tracker``) and, on the replica that holds the Lease, reports each one:
+
+- a Kubernetes Event on the Node when a reclaim is recognised, and on each displaced pod's
+  owner (the Deployment behind its ReplicaSet, its Job, StatefulSet, ...; the pod itself when it
+  has none) saying what happened to it;
+- Prometheus metrics (``metrics.ObserverMetrics``) and one JSON log line per reclaim and pod.
+
+Every replica keeps the state current; only the leader acts. Each Event has a name made from
+what it reports (the reclaim's key, the pod's uid), so writing it twice fails with 409: a
+restarted observer, or a standby that takes over, replays what it saw and counts only what no
+replica had reported yet.
+
+Optionally (``audit_interval``) the leader also runs the audit periodically, exports its counts
+and writes its PolicyReports.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from webhook.admission.namespaces import NamespaceMeta
+from webhook.cluster import audit as auditing
+from webhook.cluster import inventory, reports
+from webhook.cluster.client import Cluster, ClusterError, path
+from webhook.cluster.clock import Clock
+from webhook.cluster.inventory import OwnerRef
+from webhook.cluster.lease import LeaderElector, LeaseSettings
+from webhook.cluster.metrics import ObserverMetrics
+from webhook.cluster.reclaims import (
+    GRACE_SLACK,
+    PREEMPTED_REASON,
+    WINDOW_SECONDS,
+    Action,
+    Outcome,
+    ReclaimSeen,
+    Record,
+    Tracker,
+    format_time,
+)
+from webhook.engine.decision import Obj
+from webhook.engine.policy import Policy
+from webhook.engine.workloads import string_map
+from webhook.loading import collector
+
+log = structlog.get_logger(component="webhook.cluster.observer")
+
+COMPONENT = "preemptguard-observer"
+REPORTING_CONTROLLER = "preemptguard.together.ai/observer"
+NODE_EVENT_NAMESPACE = "default"  # where Events about Nodes go, as the kubelet puts them
+PREEMPTED_EVENTS = f"reason={PREEMPTED_REASON},involvedObject.kind=Node"
+REASONS = {
+    Outcome.EXITED_IN_TIME: ("ReclaimExitedInTime", "Normal"),
+    Outcome.GRACE_EXPIRED: ("ReclaimGraceExpired", "Warning"),
+    Outcome.LOST_WITH_NODE: ("ReclaimLostWithNode", "Warning"),
+}
+NAMESPACE_TTL = 60.0
+BACKOFF = (1.0, 30.0)
+
+
+@dataclass(frozen=True)
+class ObserverSettings:
+    lease: LeaseSettings
+    identity: str
+    leader_election: bool = True
+    watch_seconds: int = 300
+    audit_interval: float = 0.0  # seconds between periodic audits; 0: none
+    audit_reports: bool = False
+
+
+class Observer:
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy,
+        settings: ObserverSettings,
+        metrics: ObserverMetrics,
+        clock: Clock,
+    ) -> None:
+        self.cluster, self.policy, self.settings = cluster, policy, settings
+        self.metrics, self.clock = metrics, clock
+        self.tracker = Tracker(policy=policy, classify=self._classify)
+        self.elector = LeaderElector(cluster, settings.lease, settings.identity, clock)
+        self.leading = threading.Event()
+        self.synced = threading.Event()
+        self._inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._pending: collections.deque[tuple[float, Action]] = collections.deque()
+        self._namespaces: dict[str, tuple[float, NamespaceMeta]] = {}
+        self._owners: dict[str, OwnerRef | None] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- running ----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Observe until ``stop`` is set; raises ``ClusterError`` when the first list fails."""
+        self._stop = stop
+        versions = self._initial_lists()
+        self.synced.set()
+        log.info(
+            "observer_started",
+            identity=self.settings.identity,
+            source=self.cluster.source,
+            lease=f"{self.settings.lease.namespace}/{self.settings.lease.name}",
+            nodes=len(self.tracker.nodes),
+            open_reclaims=len(self.tracker.reclaims),
+        )
+        follows: tuple[tuple[str, str, dict[str, str]], ...] = (
+            ("nodes", path("nodes"), {}),
+            ("events", path("events"), {"fieldSelector": PREEMPTED_EVENTS}),
+            ("pods", path("pods"), {}),
+        )
+        for label, where, params in follows:
+            self._spawn(f"watch-{label}", self._follow, label, where, params, versions[label])
+        self._spawn("leader", self._lead)
+        if self.settings.audit_interval > 0:
+            self._spawn("audit", self._audit_loop)
+        try:
+            while not stop.is_set():
+                self.step(timeout=0.5)
+        finally:
+            self.elector.release()
+            self.metrics.leader.set(0)
+
+    def step(self, timeout: float = 0.0) -> None:
+        """Apply what the watches delivered, then the clock's decisions (one loop turn)."""
+        try:
+            item = self._inbox.get(timeout=timeout) if timeout else self._inbox.get_nowait()
+        except queue.Empty:
+            item = None
+        while item is not None:
+            self._apply(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                item = None
+        self._handle(self.tracker.tick(self.clock.now()))
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _initial_lists(self) -> dict[str, str]:
+        now = self.clock.now()
+        nodes = self.cluster.list_all(path("nodes"))
+        self._handle(self.tracker.replace_nodes(nodes.items, now))
+        events = self.cluster.list_all(path("events"), params={"fieldSelector": PREEMPTED_EVENTS})
+        for event in events.items:
+            self._handle(self.tracker.preempted_event(event, now))
+        pods = self.cluster.list_all(path("pods"))
+        self._handle(self.tracker.replace_pods(pods.items, now))
+        return {
+            "nodes": nodes.resource_version,
+            "events": events.resource_version,
+            "pods": pods.resource_version,
+        }
+
+    def _follow(self, label: str, where: str, params: Mapping[str, str], version: str) -> None:
+        delay = BACKOFF[0]
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    listing = self.cluster.list_all(where, params=params)
+                    self._inbox.put(("list", label, listing.items))
+                    version = listing.resource_version
+                for event in self.cluster.watch(where, resource_version=version, params=params,
+                                                seconds=self.settings.watch_seconds):  # fmt: skip
+                    if self._stop.is_set():
+                        return
+                    obj = event.get("object") or {}
+                    version = str(inventory.meta_of(obj).get("resourceVersion") or version)
+                    if event.get("type") != "BOOKMARK":
+                        self._inbox.put(("event", label, event.get("type"), obj))
+                delay = BACKOFF[0]
+            except ClusterError as exc:
+                if self._stop.is_set():
+                    return
+                self.metrics.watch_errors.labels(resource=label).inc()
+                log.warning("watch_failed", resource=label, error=str(exc), retry_in_s=delay)
+                version = ""  # list again: whatever broke, a relist is the cure
+                if not exc.gone:
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, BACKOFF[1])
+
+    def _apply(self, item: tuple[Any, ...]) -> None:
+        now = self.clock.now()
+        if item[0] == "lead":
+            self._handle([])  # what was seen before this replica led, replayed
+            return
+        what, label = item[0], item[1]
+        if what == "list":
+            items = item[2]
+            if label == "nodes":
+                self._handle(self.tracker.replace_nodes(items, now))
+            elif label == "pods":
+                self._handle(self.tracker.replace_pods(items, now))
+            else:
+                for event in items:
+                    self._handle(self.tracker.preempted_event(event, now))
+            return
+        kind, obj = item[2], item[3]
+        if label == "nodes":
+            self._handle(self.tracker.node(kind, obj, now))
+        elif label == "pods":
+            self._handle(self.tracker.pod(kind, obj, now))
+        elif kind in ("ADDED", "MODIFIED"):
+            self._handle(self.tracker.preempted_event(obj, now))
+
+    # --- leading ----------------------------------------------------------------------------
+
+    def _lead(self) -> None:
+        while not self._stop.is_set():
+            leading = self.elector.step() if self.settings.leader_election else True
+            if leading and not self.leading.is_set():
+                log.info("observer_leading", identity=self.settings.identity)
+                self.leading.set()
+                self._inbox.put(("lead",))
+            elif not leading and self.leading.is_set():
+                log.warning("observer_not_leading", identity=self.settings.identity)
+                self.leading.clear()
+            self.metrics.leader.set(1 if leading else 0)
+            self._stop.wait(self.settings.lease.retry)
+
+    def _handle(self, actions: list[Action]) -> None:
+        now = self.clock.now()
+        horizon = WINDOW_SECONDS + GRACE_SLACK + 60
+        for action in actions:
+            self._pending.append((now, action))
+        while self._pending and now - self._pending[0][0] > horizon:
+            self._pending.popleft()
+        if not self.leading.is_set():
+            return
+        while self._pending:
+            _, action = self._pending.popleft()
+            if isinstance(action, ReclaimSeen):
+                self._reclaim(action)
+            else:
+                self._record(action)
+
+    def _reclaim(self, seen: ReclaimSeen) -> None:
+        reclaim = seen.reclaim
+        node = self.tracker.nodes.get(reclaim.node)
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": reclaim.node,
+            "uid": node.uid if node else "",
+        }
+        message = (
+            f"reclaim of preemptible node {reclaim.node} recognised ({reclaim.trigger.value}); "
+            f"{seen.displaced} pods displaced, the node is removed "
+            f"{WINDOW_SECONDS} s after it began"
+        )
+        name = f"{reclaim.node}.preemptguard-reclaim-{_suffix(seen.key)}"
+        written = self._event(NODE_EVENT_NAMESPACE, name, involved, "ReclaimObserved",
+                              "Warning", message)  # fmt: skip
+        if not seen.new or written is False:
+            return  # another key of a reclaim counted already, or reported before
+        self.metrics.reclaims.labels(trigger=reclaim.trigger.value).inc()
+        log.info(
+            "reclaim",
+            node=reclaim.node,
+            trigger=reclaim.trigger.value,
+            key=seen.key,
+            started=format_time(reclaim.started),
+            displaced=seen.displaced,
+            event_written=written is True,
+        )
+
+    def _record(self, record: Record) -> None:
+        pod = record.pod
+        owner = self._owner(pod.owner) if pod.owner is not None else None
+        involved = owner or OwnerRef(api_version="v1", kind="Pod", name=pod.name, uid=pod.uid,
+                                     namespace=pod.namespace)  # fmt: skip
+        reason, kind = REASONS[record.outcome]
+        name = f"{involved.name[:180]}.preemptguard-{pod.uid}"
+        written = self._event(pod.namespace, name, involved.as_reference(), reason, kind,
+                              record.message())  # fmt: skip
+        if written is False:
+            return
+        self.metrics.displaced.labels(
+            workload_class=pod.workload_class, outcome=record.outcome.value
+        ).inc()
+        if record.seconds is not None and record.outcome is not Outcome.LOST_WITH_NODE:
+            self.metrics.exit_seconds.labels(workload_class=pod.workload_class).observe(
+                record.seconds
+            )
+        log.info(
+            "displaced_pod",
+            namespace=pod.namespace,
+            pod=pod.name,
+            uid=pod.uid,
+            node=pod.node,
+            workload_class=pod.workload_class,
+            grace_seconds=pod.grace,
+            checkpoint_seconds=pod.checkpoint,
+            sigterm=format_time(pod.sigterm),
+            outcome=record.outcome.value,
+            exit_seconds=round(record.seconds, 1) if record.seconds is not None else None,
+            owner=f"{involved.kind}/{involved.name}",
+            reclaim=pod.reclaim,
+            message=record.message(),
+            event_written=written is True,
+        )
+
+    def _event(
+        self,
+        namespace: str,
+        name: str,
+        involved: Mapping[str, str],
+        reason: str,
+        kind: str,
+        message: str,
+    ) -> bool | None:
+        """Write an Event: True when written, False when it exists (already reported), None
+        when it could not be written (counted, logged; the outcome is still reported)."""
+        stamp = format_time(self.clock.now())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {**involved, "namespace": involved.get("namespace") or namespace}
+            if involved.get("kind") != "Node"
+            else dict(involved),
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": REPORTING_CONTROLLER,
+            "reportingInstance": self.settings.identity[:128],
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.cluster.create(path("events", namespace=namespace), event)
+        except ClusterError as exc:
+            if exc.conflict:
+                return False
+            self.metrics.write_failures.inc()
+            log.warning("event_not_written", name=name, namespace=namespace, error=str(exc))
+            return None
+        return True
+
+    def _owner(self, ref: OwnerRef) -> OwnerRef:
+        """The object to tell: a ReplicaSet's Deployment, else the pod's own controller."""
+        if ref.kind != "ReplicaSet":
+            return ref
+        key = f"{ref.namespace}/{ref.uid}"
+        if key not in self._owners:
+            try:
+                rs = self.cluster.get(
+                    path("replicasets", group="apps", namespace=ref.namespace, name=ref.name)
+                )
+                owner = inventory.controller_ref(rs)
+                found = owner if owner is not None and owner.kind == "Deployment" else None
+            except ClusterError:
+                found = None
+            self._owners[key] = found
+        return self._owners[key] or ref
+
+    # --- classifying ------------------------------------------------------------------------
+
+    def _classify(self, pod: Obj) -> str:
+        return inventory.pod_class(pod, self.policy, self._namespace)
+
+    def _namespace(self, namespace: str) -> NamespaceMeta:
+        now = self.clock.now()
+        cached = self._namespaces.get(namespace)
+        if cached is not None and now - cached[0] < NAMESPACE_TTL:
+            return cached[1]
+        try:
+            ns = self.cluster.get(path("namespaces", name=namespace))
+            meta = inventory.meta_of(ns)
+            found = NamespaceMeta(
+                annotations=string_map(meta.get("annotations")),
+                labels=string_map(meta.get("labels")),
+            )
+        except ClusterError:
+            found = NamespaceMeta()  # only a label on a metric depends on it
+        self._namespaces[namespace] = (now, found)
+        return found
+
+    # --- the periodic audit -----------------------------------------------------------------
+
+    def _audit_loop(self) -> None:
+        while not self._stop.wait(self.settings.audit_interval):
+            if self.leading.is_set():
+                self.audit_once()
+
+    def audit_once(self) -> auditing.Audit | None:
+        """One audit of the whole cluster: its counts become metrics, and with
+        ``audit_reports`` its PolicyReports are written. Failures are logged and counted."""
+        started = time.monotonic()
+        try:
+            with collector.paused():  # many objects, no cycles (see cli.audit)
+                snapshot = auditing.read_cluster(self.cluster, auditing.Scope())
+                result = auditing.audit(snapshot, self.policy)
+        except ClusterError as exc:
+            self.metrics.audit_runs.labels(result="error").inc()
+            log.warning("audit_failed", error=str(exc))
+            return None
+        summary = result.summary()
+        for code, count in summary["findings"].items():
+            self.metrics.audit_findings.labels(code=code).set(count)
+        self.metrics.audit_objects.labels(kind="pods").set(summary["pods"])
+        self.metrics.audit_objects.labels(kind="workloads").set(summary["workloads"])
+        written: list[str] = []
+        if self.settings.audit_reports:
+            try:
+                written = reports.write(self.cluster, result, self.policy, now=self.clock.now())
+            except ClusterError as exc:
+                log.warning("audit_reports_not_written", error=str(exc))
+        self.metrics.audit_runs.labels(result="ok").inc()
+        duration = time.monotonic() - started
+        self.metrics.audit_duration.set(duration)
+        self.metrics.audit_timestamp.set(self.clock.now())
+        log.info("audit", duration_s=round(duration, 2), reports=len(written), **summary)
+        return result
+
+
+def _suffix(key: str) -> str:
+    """A key as a name segment: lowercase letters, digits and dashes."""
+    cleaned = "".join(c if c.isalnum() else "-" for c in key.lower())
+    return cleaned.strip("-")[:60] or "reclaim"

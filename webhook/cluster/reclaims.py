@@ -1,0 +1,404 @@
+"""Reclaims recognised, and what happened to each pod they displaced: no I/O, only the objects
+the watches deliver and the time they arrive.
+
+A **reclaim** of a preemptible node starts with the provider's ``TogetherPreempted`` Event on
+the Node, or, without one, when the node is cordoned and a pod on it is being deleted. Every pod
+on the node then is **displaced** (DaemonSet and mirror pods belong to the node and are left
+out): its SIGTERM is when its deletion was seen (or, read after the fact, its
+``deletionTimestamp`` minus ``deletionGracePeriodSeconds``), or the reclaim's start for a pod the
+provider stops without deleting it. Its **outcome** is decided once:
+
+- ``exited-in-time``: gone (or finished) within its grace period;
+- ``grace-expired``: still running when its grace period ran out (decided when it is gone,
+  or ``GRACE_SLACK`` after the deadline if it never goes);
+- ``lost-with-node``: the node was removed while the pod was still inside its grace period.
+
+Each reclaim and each outcome carries a key (the Event's uid or the node's uid; the pod's uid)
+that the observer turns into idempotent writes, so a restarted or newly elected observer that
+sees the same reclaim again does not count it twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from webhook.cluster import inventory
+from webhook.cluster.inventory import PREEMPTIBLE, NodeFacts, OwnerRef
+from webhook.engine.decision import Obj
+from webhook.engine.policy import Policy
+from webhook.engine.workloads import mapping_at
+
+PREEMPTED_REASON = "TogetherPreempted"
+WINDOW_SECONDS = 300
+# A pod still there this long after its grace ran out is recorded without an exit time.
+GRACE_SLACK = 30.0
+# A TogetherPreempted Event older than this starts nothing (its node is long gone).
+STALE_EVENT_SECONDS = WINDOW_SECONDS + 300
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class Outcome(enum.StrEnum):
+    EXITED_IN_TIME = "exited-in-time"
+    GRACE_EXPIRED = "grace-expired"
+    LOST_WITH_NODE = "lost-with-node"
+
+
+class Trigger(enum.StrEnum):
+    EVENT = "event"  # the TogetherPreempted Event
+    CORDON = "cordon"  # a cordoned preemptible node whose pods are being deleted
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reclaim:
+    node: str
+    key: str
+    trigger: Trigger
+    started: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Displaced:
+    """A pod a reclaim displaced, as it was when its SIGTERM came."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    workload_class: str
+    grace: int
+    checkpoint: int | None
+    sigterm: float
+    # Whether ``sigterm`` is the pod's own deletion (else the reclaim's start, until it is).
+    deleted: bool
+    owner: OwnerRef | None
+    reclaim: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """A displaced pod's outcome; ``seconds`` from SIGTERM to its exit (None: not seen to exit)."""
+
+    pod: Displaced
+    outcome: Outcome
+    seconds: float | None
+    at: float
+
+    def message(self) -> str:
+        p = self.pod
+        checkpoint = (
+            f"declared checkpoint {p.checkpoint} s"
+            if p.checkpoint is not None
+            else "no checkpoint declared"
+        )
+        who = f"pod {p.name} ({p.workload_class}) on preemptible node {p.node}"
+        if self.outcome is Outcome.EXITED_IN_TIME:
+            assert self.seconds is not None
+            return (
+                f"{who} exited {self.seconds:.0f} s after SIGTERM, checkpoint budget "
+                f"{p.grace} s ({checkpoint})"
+            )
+        if self.outcome is Outcome.LOST_WITH_NODE:
+            assert self.seconds is not None
+            return (
+                f"{who} was lost with the node {self.seconds:.0f} s after SIGTERM, still "
+                f"inside its {p.grace} s grace period ({checkpoint})"
+            )
+        gone = (
+            f"gone {self.seconds:.0f} s after SIGTERM"
+            if self.seconds is not None
+            else f"still there {self.at - p.sigterm:.0f} s after SIGTERM"
+        )
+        return (
+            f"{who} was still running when its {p.grace} s grace period ran out ({gone}): "
+            f"it was killed before it finished ({checkpoint})"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReclaimSeen:
+    """A reclaim recognised: ``new`` is False when it only gained another key (an Event that
+    came after the cordon), which must be marked as seen without counting it again."""
+
+    reclaim: Reclaim
+    key: str
+    new: bool
+    displaced: int
+
+
+Action = ReclaimSeen | Record
+Classifier = Callable[[Obj], str]
+
+
+@dataclass
+class _Pod:
+    obj: Obj
+    node: str
+    created: float | None
+    # When its SIGTERM came, if it has: seen live, or read from the object.
+    deleting_since: float | None = None
+    grace: int = 0
+
+
+@dataclass
+class Tracker:
+    """The state of every preemptible node and its pods, fed by watch events in order."""
+
+    policy: Policy
+    classify: Classifier
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    pods: dict[str, _Pod] = field(default_factory=dict)
+    reclaims: dict[str, Reclaim] = field(default_factory=dict)
+    displaced: dict[str, Displaced] = field(default_factory=dict)
+    decided: set[str] = field(default_factory=set)
+    # node name -> (uid, time) of the latest TogetherPreempted Event naming it
+    preempted: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def node(self, kind: str, obj: Obj, now: float) -> list[Action]:
+        facts = inventory.node_facts(obj, self.policy)
+        if kind == "DELETED":
+            self.nodes.pop(facts.name, None)
+            return self._node_gone(facts.name, now)
+        self.nodes[facts.name] = facts
+        return []
+
+    def replace_nodes(self, objs: Iterable[Obj], now: float) -> list[Action]:
+        """A fresh list of every node: those missing from it are gone."""
+        listed = {inventory.name_of(o): o for o in objs}
+        actions: list[Action] = []
+        for name in [n for n in self.nodes if n not in listed]:
+            del self.nodes[name]
+            actions += self._node_gone(name, now)
+        for obj in listed.values():
+            actions += self.node("MODIFIED", obj, now)
+        return actions
+
+    def _node_gone(self, name: str, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for uid in [u for u, d in self.displaced.items() if d.node == name]:
+            pod = self.displaced[uid]
+            elapsed = now - pod.sigterm
+            if elapsed <= pod.grace:
+                actions.append(self._decide(uid, Outcome.LOST_WITH_NODE, elapsed, now))
+            else:
+                actions.append(self._decide(uid, Outcome.GRACE_EXPIRED, None, now))
+        self.reclaims.pop(name, None)
+        for uid in [u for u, p in self.pods.items() if p.node == name]:
+            del self.pods[uid]
+        return actions
+
+    # --- the provider's Event ---------------------------------------------------------------
+
+    def preempted_event(self, obj: Obj, now: float) -> list[Action]:
+        involved = mapping_at(obj, "involvedObject")
+        if obj.get("reason") != PREEMPTED_REASON or involved.get("kind") != "Node":
+            return []
+        name, uid = str(involved.get("name") or ""), inventory.uid_of(obj)
+        at = event_time(obj) or now
+        if not name or not uid or now - at > STALE_EVENT_SECONDS:
+            return []
+        seen = self.preempted.get(name)
+        if seen is not None and seen[0] == uid:
+            return []  # the same Event again (a relist, a count bump)
+        self.preempted[name] = (uid, at)
+        open_reclaim = self.reclaims.get(name)
+        if open_reclaim is not None:
+            if open_reclaim.key == uid:
+                return []
+            return [ReclaimSeen(reclaim=open_reclaim, key=uid, new=False, displaced=0)]
+        node = self.nodes.get(name)
+        if node is None or node.compute_class != PREEMPTIBLE:
+            return []
+        reclaim = Reclaim(node=name, key=uid, trigger=Trigger.EVENT, started=at)
+        return self._open(reclaim, now)
+
+    # --- pods -------------------------------------------------------------------------------
+
+    def pod(self, kind: str, obj: Obj, now: float) -> list[Action]:
+        uid = inventory.uid_of(obj)
+        if not uid:
+            return []
+        if kind == "DELETED":
+            self.pods.pop(uid, None)
+            if uid in self.displaced:
+                return [self._exited(uid, now)]
+            self.decided.discard(uid)
+            return []
+        node = inventory.node_name_of(obj)
+        facts = self.nodes.get(node or "")
+        if (
+            facts is None
+            or facts.compute_class != PREEMPTIBLE
+            or inventory.is_daemonset_pod(obj)
+            or inventory.is_mirror_pod(obj)
+        ):
+            return []
+        known = self.pods.get(uid)
+        view = known or _Pod(obj=obj, node=facts.name, created=created_time(obj))
+        view.obj = obj
+        self.pods[uid] = view
+        if view.deleting_since is None:
+            since = deletion_started(obj, live=known is not None, now=now)
+            if since is not None:
+                view.deleting_since = since
+                view.grace = _deletion_grace(obj)
+        return self._consider(uid, view, now)
+
+    def replace_pods(self, objs: Iterable[Obj], now: float) -> list[Action]:
+        """A fresh list of every pod: those missing from it are gone (since the last watch)."""
+        listed = {inventory.uid_of(o): o for o in objs}
+        actions: list[Action] = []
+        for uid in [u for u in self.pods if u not in listed]:
+            actions += self.pod("DELETED", self.pods[uid].obj, now)
+        for uid in [u for u in self.displaced if u not in listed and u not in self.pods]:
+            actions.append(self._exited(uid, now))
+        for obj in listed.values():
+            actions += self.pod("MODIFIED", obj, now)
+        return actions
+
+    def _consider(self, uid: str, view: _Pod, now: float) -> list[Action]:
+        actions: list[Action] = []
+        facts = self.nodes[view.node]
+        reclaim = self.reclaims.get(view.node)
+        if reclaim is None and view.deleting_since is not None and facts.unschedulable:
+            seen = self.preempted.get(view.node)
+            recent = seen is not None and view.deleting_since - seen[1] <= WINDOW_SECONDS
+            key = seen[0] if seen is not None and recent else facts.uid
+            reclaim = Reclaim(
+                node=view.node, key=key, trigger=Trigger.CORDON, started=view.deleting_since
+            )
+            actions += self._open(reclaim, now)
+        if reclaim is None or uid in self.decided:
+            return actions
+        current = self.displaced.get(uid)
+        if current is None:
+            displaced = self._displace(uid, view, reclaim)
+            if displaced is None:
+                return actions
+            current = self.displaced[uid] = displaced
+        elif not current.deleted and view.deleting_since is not None:
+            # The provider's Event came first; the pod's own deletion is its SIGTERM.
+            self.displaced[uid] = current = replace(
+                current, sigterm=view.deleting_since, deleted=True, grace=view.grace
+            )
+        if inventory.phase_of(view.obj) in TERMINAL_PHASES:
+            actions.append(self._exited(uid, now))
+        return actions
+
+    def _displace(self, uid: str, view: _Pod, reclaim: Reclaim) -> Displaced | None:
+        if view.deleting_since is not None:
+            sigterm, deleted, grace = view.deleting_since, True, view.grace
+        elif reclaim.trigger is Trigger.EVENT and (view.created or 0) <= reclaim.started:
+            sigterm, deleted, grace = reclaim.started, False, inventory.grace_seconds(view.obj)
+        else:
+            return None  # created after the reclaim began, or not (yet) being deleted
+        obj = view.obj
+        return Displaced(
+            uid=uid,
+            namespace=inventory.namespace_of(obj),
+            name=inventory.name_of(obj),
+            node=view.node,
+            workload_class=self.classify(obj),
+            grace=grace,
+            checkpoint=inventory.checkpoint_seconds(obj),
+            sigterm=sigterm,
+            deleted=deleted,
+            owner=inventory.controller_ref(obj),
+            reclaim=reclaim.key,
+        )
+
+    def _open(self, reclaim: Reclaim, now: float) -> list[Action]:
+        self.reclaims[reclaim.node] = reclaim
+        actions: list[Action] = []
+        for uid, view in list(self.pods.items()):
+            if view.node == reclaim.node:
+                actions += self._consider(uid, view, now)
+        count = sum(d.reclaim == reclaim.key for d in self.displaced.values())
+        seen = ReclaimSeen(reclaim=reclaim, key=reclaim.key, new=True, displaced=count)
+        return [seen, *actions]
+
+    # --- outcomes ---------------------------------------------------------------------------
+
+    def _exited(self, uid: str, now: float) -> Record:
+        pod = self.displaced[uid]
+        elapsed = max(now - pod.sigterm, 0.0)
+        outcome = Outcome.EXITED_IN_TIME if round(elapsed) <= pod.grace else Outcome.GRACE_EXPIRED
+        return self._decide(uid, outcome, elapsed, now)
+
+    def _decide(self, uid: str, outcome: Outcome, seconds: float | None, now: float) -> Record:
+        pod = self.displaced.pop(uid)
+        self.decided.add(uid)
+        if uid not in self.pods:
+            self.decided.discard(uid)
+        return Record(pod=pod, outcome=outcome, seconds=seconds, at=now)
+
+    def tick(self, now: float) -> list[Action]:
+        """Pods past their grace and then some, and reclaims with nothing left to watch."""
+        actions: list[Action] = []
+        for uid, pod in list(self.displaced.items()):
+            if now - pod.sigterm > pod.grace + GRACE_SLACK:
+                actions.append(self._decide(uid, Outcome.GRACE_EXPIRED, None, now))
+        for name, reclaim in list(self.reclaims.items()):
+            facts = self.nodes.get(name)
+            busy = any(d.node == name for d in self.displaced.values())
+            over = now - reclaim.started > WINDOW_SECONDS + GRACE_SLACK
+            if not busy and (facts is None or not facts.unschedulable or over):
+                del self.reclaims[name]
+        return actions
+
+
+def deletion_started(obj: Obj, *, live: bool, now: float) -> float | None:
+    """When the pod's deletion (its SIGTERM) began: ``now`` when the change is seen live, else
+    ``deletionTimestamp - deletionGracePeriodSeconds`` (whole seconds)."""
+    meta = inventory.meta_of(obj)
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    if deadline is None:
+        return None
+    if live:
+        return now
+    return deadline - _deletion_grace(obj)
+
+
+def _deletion_grace(obj: Obj) -> int:
+    value = inventory.meta_of(obj).get("deletionGracePeriodSeconds")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return inventory.grace_seconds(obj)
+
+
+def parse_time(value: object) -> float | None:
+    """An RFC 3339 time as the API server writes it (seconds or microseconds), in Unix seconds."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()
+
+
+def format_time(seconds: float, *, micro: bool = False) -> str:
+    """Unix seconds as the API server writes times (``MicroTime`` with ``micro``)."""
+    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    if micro:
+        return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def created_time(obj: Obj) -> float | None:
+    return parse_time(inventory.meta_of(obj).get("creationTimestamp"))
+
+
+def event_time(obj: Obj) -> float | None:
+    """When an Event says it happened (first occurrence)."""
+    for key in ("firstTimestamp", "eventTime", "lastTimestamp"):
+        found = parse_time(obj.get(key))
+        if found is not None:
+            return found
+    return created_time(obj)
