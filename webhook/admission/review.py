@@ -237,7 +237,7 @@ def errored(request: Request, message: str, *, code: int = 500) -> AdmissionRevi
 
 def encode_patch(ops: Sequence[Mapping[str, Any]]) -> str:
     """JSON Patch as the API server wants it in ``response.patch``: base64 of the JSON."""
-    return base64.b64encode(json.dumps(list(ops), separators=(",", ":")).encode()).decode()
+    return base64.b64encode(jsondoc.dumps(list(ops))).decode()
 
 
 def decode_patch(patch: str) -> list[dict[str, Any]]:

@@ -76,7 +76,8 @@ def _list_ops(
 
 
 def _pointer(parts: tuple[str, ...]) -> str:
-    return JsonPointer.from_parts(list(parts)).path
+    """RFC 6901: ``~`` is written ``~0`` and ``/`` is written ``~1`` in each part."""
+    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
 def apply_patch(original: Obj, ops: list[PatchOp]) -> Obj:

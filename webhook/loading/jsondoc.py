@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 # Far deeper than any field the engine reads (a pod template inside a custom resource is some
 # 20 levels down), shallow enough that whatever walks the result stays clear of Python's limit.
 MAX_DEPTH = 200
@@ -56,10 +58,26 @@ _EXACT = _scanner(0)
 def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> Any:
     """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON.
 
-    Decoding a large document makes many containers; see ``collector.paused`` for keeping
-    the garbage collector from walking them again and again.
+    orjson reads it when it can, several times faster; what it refuses (nesting past 1,024
+    levels, integers past 64 bits, lone surrogates, NaN) is read again as above. Decoding a
+    large document makes many containers; see ``collector.paused`` for keeping the garbage
+    collector from walking them again and again.
     """
+    if object_pairs_hook is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
     return _loads(data, object_pairs_hook)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON of ``value`` (orjson; the standard encoder, escaping, for the strings
+    orjson refuses: lone surrogates read from a request)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def _loads(data: bytes | str, object_pairs_hook: PairsHook | None) -> Any:

@@ -6,7 +6,6 @@ production (reloaded policy, watched namespaces) and tests (fakes).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -23,6 +22,7 @@ from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
 from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
 from webhook.errors import BadReview, NamespaceUnknown, OffloadFailed
+from webhook.loading import jsondoc
 from webhook.server import offload
 from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
 from webhook.server.logs import get_logger
@@ -280,10 +280,7 @@ class _Handler:
         )
 
     def _count(self, hook: Hook, outcome: Outcome, wclass: str | None, seconds: float) -> None:
-        self.metrics.admissions.labels(
-            hook=hook.value, outcome=outcome.value, workload_class=wclass or "none"
-        ).inc()
-        self.metrics.admission_seconds.labels(hook=hook.value).observe(seconds)
+        self.metrics.count_admission(hook.value, outcome.value, wclass or "none", seconds)
 
 
 def _request_fields(hook: Hook, req: Request, seconds: float) -> dict[str, object]:
@@ -326,7 +323,7 @@ def _unexpected(exc: Exception) -> Response:
 
 
 def _json(doc: object) -> Response:
-    return Response(json.dumps(doc, separators=(",", ":")), 200, mimetype="application/json")
+    return Response(jsondoc.dumps(doc), 200, mimetype="application/json")
 
 
 def _text(status: int, line: str) -> Response:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import Any, TextIO
 
+import orjson
 import structlog
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -26,7 +28,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
             *_shared_processors(),
             # A traceback becomes a JSON field: the event stays one line.
             structlog.processors.dict_tracebacks,
-            structlog.processors.JSONRenderer(sort_keys=False),
+            structlog.processors.JSONRenderer(serializer=_json_line),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
         logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),
@@ -78,6 +80,15 @@ def _component(
     if isinstance(record, logging.LogRecord):
         event["component"] = record.name
     return event
+
+
+def _json_line(event: Any, **options: Any) -> str:
+    """One log line of JSON: orjson, or the standard encoder for what orjson refuses (lone
+    surrogates in a value read from a request)."""
+    try:
+        return orjson.dumps(event, default=options.get("default")).decode()
+    except TypeError:
+        return json.dumps(event, **options)
 
 
 def _level_number(level: str) -> int:

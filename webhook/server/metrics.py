@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -69,6 +70,9 @@ class Metrics:
             registry=reg,
         )
         self._policy_labels: tuple[str, str] | None = None
+        # The labelled children, looked up once: labels() takes a lock and parses its arguments.
+        self._admission_children: dict[tuple[str, str, str], Any] = {}
+        self._duration_children: dict[str, Any] = {}
         self._policy_and_certificates(reg)
         self._namespace_cache(reg)
 
@@ -140,6 +144,18 @@ class Metrics:
         if self._policy_labels not in (None, (name, mode)):
             self.policy_info.remove(*self._policy_labels)
         self._policy_labels = (name, mode)
+
+    def count_admission(self, hook: str, outcome: str, workload_class: str, seconds: float) -> None:
+        """One review answered: counted, and its time observed."""
+        key = (hook, outcome, workload_class)
+        counter = self._admission_children.get(key)
+        if counter is None:
+            counter = self._admission_children[key] = self.admissions.labels(*key)
+        counter.inc()
+        histogram = self._duration_children.get(hook)
+        if histogram is None:
+            histogram = self._duration_children[hook] = self.admission_seconds.labels(hook)
+        histogram.observe(seconds)
 
     def sample_memory(self) -> None:
         """Record this process's resident memory (read from /proc where there is one)."""
