@@ -1,0 +1,557 @@
+"""The live-cluster commands on the real control plane, as users run them (subprocesses), each
+with the rights the shipped roles of ``manifests/components/observer`` grant and nothing else:
+
+- ``preemptguard audit`` finds the pods created while the webhook was switched off (and a
+  workload it would refuse), not those it admitted, and writes PolicyReports that the API
+  server stores as written (the CRD's structural schema prunes any field it lacks);
+- ``preemptguard drill`` rehearses a reclaim of a preemptible node while two
+  ``preemptguard observe`` replicas watch: with no kubelet, the test decides when each pod
+  "exits" (a delete with grace 0 at a chosen time, one of them after its grace ran out, one
+  never, then the node removed) and checks the drill's report, the observers' metrics, the
+  Events on each pod's owner and the log lines; the leader is stopped half-way and the other
+  replica takes over without counting anything twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import REPO, cluster
+from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD
+from harness.controlplane import ControlPlane
+from harness.kube import Kube, KubeError, write_kubeconfig
+from harness.manifests import NAMESPACE, Tree, kustomize
+from harness.processes import free_port, wait_until
+from harness.webhook import (
+    WebhookServer,
+    local_webhook_configurations,
+    register,
+    unregister,
+)
+
+pytestmark = pytest.mark.e2e
+
+CRD = REPO / "tests" / "cluster" / "policyreport-crd.yaml"
+REPORTS = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/{}/policyreports/preemptguard"
+TOLERATE_ALL = [{"key": CLASS_LABEL, "operator": "Exists"}]
+HOSTNAME = "kubernetes.io/hostname"
+OBSERVER_SA = "preemptguard-observer"
+WITH_OBSERVER = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../self-managed
+components:
+  - ../../components/observer
+"""
+PLURALS = {
+    "Namespace": "namespaces",
+    "ServiceAccount": "serviceaccounts",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+}
+
+Obj = dict[str, Any]
+
+
+def _pods(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods"
+
+
+def _path(obj: Obj) -> str:
+    api = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
+    ns = obj["metadata"].get("namespace")
+    where = f"{api}/namespaces/{ns}" if ns else api
+    return f"{where}/{PLURALS[obj['kind']]}/{obj['metadata']['name']}"
+
+
+# --- who runs what -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Kubeconfigs of service accounts bound by the shipped roles only."""
+
+    auditor: Path
+    rehearser: Path
+    observer: Path
+
+
+@pytest.fixture(scope="session")
+def component(manifests: Tree) -> list[Obj]:
+    """The self-managed overlay with the observer component, rendered by kustomize."""
+    overlay = manifests.root / "overlays" / "with-observer"
+    overlay.mkdir(exist_ok=True)
+    (overlay / "kustomization.yaml").write_text(WITH_OBSERVER)
+    proc = subprocess.run(
+        [kustomize(), "build", str(overlay)], capture_output=True, text=True, check=True
+    )
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def _token(kube: Kube, namespace: str, account: str) -> str:
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+    return str(kube.create(path, request).body["status"]["token"])
+
+
+@pytest.fixture(scope="session")
+def identities(
+    kube: Kube,
+    control_plane: ControlPlane,
+    component: list[Obj],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Identities:
+    """The component's RBAC applied as shipped; an auditor bound to the audit roles and a
+    rehearser bound to the drill role, as an administrator would bind people."""
+    work = tmp_path_factory.mktemp(f"live-{control_plane.release.id}")
+    shipped = [o for o in component if o["kind"] in PLURALS]
+    for obj in sorted(shipped, key=lambda o: o["kind"] != "Namespace"):
+        kube.apply(_path(obj), obj)
+    people = {
+        "auditor": ["preemptguard-audit", "preemptguard-audit-reports"],
+        "rehearser": ["preemptguard-drill"],
+    }
+    configs: dict[str, Path] = {}
+    for person, roles in people.items():
+        account = {"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": person, "namespace": NAMESPACE}}  # fmt: skip
+        kube.apply(_path(account), account)
+        for role in roles:
+            binding = {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"e2e-{person}-{role}"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": person, "namespace": NAMESPACE}],
+            }
+            kube.apply(_path(binding), binding)
+        configs[person] = write_kubeconfig(work / f"{person}.kubeconfig", control_plane.server,
+                                           control_plane.ca_file,
+                                           _token(kube, NAMESPACE, person), person)  # fmt: skip
+    observer = write_kubeconfig(work / "observer.kubeconfig", control_plane.server,
+                                control_plane.ca_file, _token(kube, NAMESPACE, OBSERVER_SA),
+                                OBSERVER_SA)  # fmt: skip
+    return Identities(configs["auditor"], configs["rehearser"], observer)
+
+
+@pytest.fixture(scope="session")
+def policy_report_crd(kube: Kube) -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+    kube.apply(path, crd)
+
+    def served() -> bool:
+        conditions = kube.get(path).get("status", {}).get("conditions", [])
+        established = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        return established and kube.exists("/apis/wgpolicyk8s.io/v1alpha2/policyreports")
+
+    wait_until(served, timeout=30, what="the PolicyReport CRD to be served")
+
+
+def _preemptguard(
+    kubeconfig: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", *args],
+        capture_output=True, text=True, env=env, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+# --- the audit -----------------------------------------------------------------------------
+
+
+@contextmanager
+def webhook_switched_off(
+    kube: Kube, server: WebhookServer, base: list[Obj], namespace: str
+) -> Iterator[None]:
+    """No webhook configuration registered (as while no replica answers); back afterwards."""
+    unregister(kube, local_webhook_configurations(base, server.url, server.ca_file.read_bytes()))
+
+    def unplaced() -> bool:
+        probe = cluster.pod("probe", workload="interruptible")
+        body = kube.create(_pods(namespace), probe, dry_run=True).body
+        return PLACEMENT not in body["metadata"].get("annotations", {})
+
+    wait_until(unplaced, timeout=30, what="the API server to stop calling the webhook")
+    try:
+        yield
+    finally:
+        register(kube, server, base)
+
+
+def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
+    kube: Kube,
+    nodes: dict[str, str],
+    webhook: WebhookServer,
+    base_objects: list[Obj],
+    identities: Identities,
+    policy_report_crd: None,
+) -> None:
+    placed = cluster.unique("audit-placed")
+    late = cluster.unique("audit-late")
+    cluster.create_namespace(kube, placed)
+    cluster.create_namespace(
+        kube, late, annotations={"together.ai/default-workload": "interruptible"}
+    )
+    for name, workload in (("sweep", "interruptible"), ("api", "serving")):
+        kube.create(_pods(placed), cluster.pod(name, workload=workload))
+    with webhook_switched_off(kube, webhook, base_objects, late):
+        kube.create(_pods(late), cluster.pod("sweep", workload="interruptible"))
+        kube.create(_pods(late), cluster.pod("api", workload="serving", tolerations=TOLERATE_ALL,
+                                             nodeSelector={HOSTNAME: "preemptible-1"}))  # fmt: skip
+        kube.create(_pods(late), cluster.pod("eval", tolerations=TOLERATE_ALL,  # namespace default
+                                             nodeSelector={CLASS_LABEL: PREEMPTIBLE}))  # fmt: skip
+        template = cluster.pod_template({"app": "web"}, workload="serving",
+                                        nodeSelector={CLASS_LABEL: PREEMPTIBLE})  # fmt: skip
+        web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                        "template": template}}  # fmt: skip
+        kube.create(f"/apis/apps/v1/namespaces/{late}/deployments", web)
+    for ns, name in (
+        (placed, "sweep"),
+        (placed, "api"),
+        (late, "sweep"),
+        (late, "api"),
+        (late, "eval"),
+    ):
+        cluster.wait_scheduled(kube, ns, name)
+    assert nodes[kube.get(f"{_pods(late)}/sweep")["spec"]["nodeName"]] == STANDARD
+
+    started = time.monotonic()
+    out = _preemptguard(identities.auditor, "audit", "-n", placed, "-n", late, "-o", "json",
+                        "--report")  # fmt: skip
+    took = time.monotonic() - started
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    found = {(r["namespace"], r["kind"], r["name"]): sorted(p["code"] for p in r["problems"])
+             for r in doc["results"]}  # fmt: skip
+    assert found == {
+        (late, "Pod", "sweep"): ["interruptible-on-standard", "unplaced"],
+        (late, "Pod", "api"): ["critical-on-preemptible", "unplaced"],
+        (late, "Pod", "eval"): ["unplaced"],
+        (late, "Deployment", "web"): ["refused"],
+    }
+    api = next(r for r in doc["results"] if r["name"] == "api")
+    assert (api["node"], api["nodeClass"], api["phase"], api["class"]) == (
+        "preemptible-1", "preemptible", "Pending", "serving")  # fmt: skip
+    assert doc["reports"] == sorted([placed, late])
+    # 1.20 serves CronJobs as batch/v1beta1 only: the audit says what it could not read.
+    cronjobs = "batch/v1 CronJob is not served by this cluster: not audited"
+    old_server = int(kube.get("/version")["minor"].rstrip("+")) < 21
+    assert doc["notes"] == ([cronjobs] if old_server else [])
+    assert took < 30
+
+    late_report = kube.get(REPORTS.format(late))
+    assert late_report["summary"] == {"pass": 0, "fail": 6, "warn": 0, "error": 0, "skip": 0}
+    # Stored as written: the CRD's schema would have pruned any field it does not define.
+    result = late_report["results"][0]
+    assert set(result) == {"policy", "rule", "category", "result", "severity", "scored",
+                           "source", "message", "resources", "properties", "timestamp"}  # fmt: skip
+    named = {(r["resources"][0]["name"], r["rule"]) for r in late_report["results"]}
+    assert ("api", "critical-on-preemptible") in named
+    assert ("web", "refused") in named
+    placed_report = kube.get(REPORTS.format(placed))
+    assert placed_report["summary"]["pass"] == 2
+    assert placed_report["results"] == []
+
+    text = _preemptguard(identities.auditor, "audit", "-n", late)
+    assert text.returncode == 1
+    assert (
+        f"Pod {late}/api  class=serving (annotation)  node=preemptible-1 (preemptible)  Pending"
+        in text.stdout
+    )
+
+
+def test_the_shipped_roles_grant_the_live_commands_nothing_more(
+    kube: Kube, identities: Identities
+) -> None:
+    """What each part may not do (the runs here show what it may)."""
+
+    def can(account: str, verb: str, resource: str, group: str = "") -> bool:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{NAMESPACE}:{account}",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
+                "resourceAttributes": {"verb": verb, "resource": resource, "group": group},
+            },
+        }
+        answer = kube.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review).body
+        return bool(answer["status"].get("allowed"))
+
+    assert can("auditor", "list", "pods")
+    assert not can("auditor", "delete", "pods")
+    assert not can("auditor", "get", "secrets")
+    assert not can("auditor", "watch", "pods")
+    assert can(OBSERVER_SA, "watch", "pods")
+    assert not can(OBSERVER_SA, "delete", "pods")
+    assert not can(OBSERVER_SA, "patch", "nodes")
+    assert not can(OBSERVER_SA, "update", "events")
+    assert can("rehearser", "delete", "pods")
+    assert not can("rehearser", "delete", "nodes")
+    assert not can("rehearser", "create", "pods/eviction")
+    assert not can("rehearser", "get", "secrets")
+
+
+# --- the drill and the observer --------------------------------------------------------------
+
+
+@dataclass
+class ObserverProcess:
+    identity: str
+    proc: subprocess.Popen[bytes]
+    metrics_url: str
+    log: Path
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = requests.get(self.metrics_url, timeout=5).text
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
+
+    def displaced(self) -> float:
+        return sum(v for (name, _), v in self.metrics().items()
+                   if name == "preemptguard_displaced_pods_total")  # fmt: skip
+
+    def leading(self) -> bool:
+        return self.value("preemptguard_observer_leader") == 1
+
+    def lines(self, event: str) -> list[Obj]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                if record.get("event") == event:
+                    out.append(record)
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def observers(identities: Identities, tmp_path: Path) -> Iterator[list[ObserverProcess]]:
+    """Two `preemptguard observe` replicas, as the component's Deployment runs them."""
+    started = []
+    env = {**os.environ, "KUBECONFIG": str(identities.observer), "PYTHONUNBUFFERED": "1"}
+    for identity in ("observer-a", "observer-b"):
+        port = free_port()
+        log = tmp_path / f"{identity}.log"
+        argv = [sys.executable, "-m", "webhook", "observe", "--metrics-host", "127.0.0.1",
+                "--metrics-port", str(port), "--lease-namespace", NAMESPACE,
+                "--identity", identity]  # fmt: skip
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        started.append(ObserverProcess(identity, proc, f"http://127.0.0.1:{port}/metrics", log))
+        if identity == "observer-a":
+            # a first, so that it is the one to lead
+            wait_until(lambda: started[0].leading(), timeout=60, what="observer-a to lead")
+    try:
+        yield started
+    finally:
+        for observer in started:
+            observer.stop()
+
+
+def _deleting(kube: Kube, namespace: str, names: dict[str, str]) -> bool:
+    pods = kube.get(_pods(namespace))["items"]
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    return all(
+        "deletionTimestamp" in by_name.get(n, {}).get("metadata", {}) for n in names.values()
+    )
+
+
+def _outcome_events(kube: Kube, namespace: str) -> dict[str, Obj]:
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    return {
+        e["involvedObject"]["name"]: e
+        for e in events
+        if e["reason"] in ("ReclaimExitedInTime", "ReclaimGraceExpired", "ReclaimLostWithNode")
+    }
+
+
+def _seconds(message: str) -> int:
+    match = re.search(r"(?:exited|gone|node) (\d+) s after SIGTERM", message)
+    assert match is not None, message
+    return int(match.group(1))
+
+
+def test_a_drill_as_two_observers_watch_it(
+    kube: Kube,
+    nodes: dict[str, str],
+    webhook: WebhookServer,
+    identities: Identities,
+    observers: list[ObserverProcess],
+    namespace: str,
+) -> None:
+    node = cluster.unique("preemptible-drill")
+    cluster.create_node(kube, node, PREEMPTIBLE)
+    on_node = {HOSTNAME: node}
+    checkpoint = {"together.ai/checkpoint-seconds": "5"}  # the webhook makes its grace 35 s
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"backoffLimit": 0, "template": cluster.pod_template(
+               {"app": "train"}, workload="interruptible", annotations=checkpoint,
+               nodeSelector=on_node, restartPolicy="Never")}}  # fmt: skip
+    web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                    "template": cluster.pod_template({"app": "web"}, workload="flexible",
+                                                     nodeSelector=on_node)}}  # fmt: skip
+    kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+    kube.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", web)
+    kube.create(_pods(namespace), cluster.pod("eval", workload="flexible", nodeSelector=on_node,
+                                              terminationGracePeriodSeconds=3))  # fmt: skip
+    kube.create(_pods(namespace), cluster.pod("stuck", workload="interruptible",
+                                              nodeSelector=on_node,
+                                              terminationGracePeriodSeconds=60))  # fmt: skip
+    train = cluster.wait_pods_scheduled(kube, namespace, "app=train", 1)[0]["metadata"]["name"]
+    webpod = cluster.wait_pods_scheduled(kube, namespace, "app=web", 1)[0]["metadata"]["name"]
+    for name in ("eval", "stuck"):
+        assert cluster.wait_scheduled(kube, namespace, name)["spec"]["nodeName"] == node
+    assert kube.get(f"{_pods(namespace)}/{train}")["spec"]["terminationGracePeriodSeconds"] == 35
+    pods = {"train": train, "web": webpod, "eval": "eval", "stuck": "stuck"}
+    a, b = observers
+    wait_until(lambda: b.value("preemptguard_observer_leader") == 0 and b.metrics(),
+               timeout=30, what="observer-b to follow")  # fmt: skip
+
+    plan = _preemptguard(identities.rehearser, "drill", node, "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "Critical pods on the node: none" in plan.stdout
+
+    env = {**os.environ, "KUBECONFIG": str(identities.rehearser), "PYTHONUNBUFFERED": "1"}
+    drill = subprocess.Popen(
+        [sys.executable, "-m", "webhook", "drill", node, "--yes", "--wait", "20", "-o", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: _deleting(kube, namespace, pods), timeout=30, what="the drill's deletes")
+        sigterm = time.monotonic()
+
+        exited: dict[str, float] = {}  # when each pod went, in seconds after SIGTERM
+
+        def exit_at(seconds: float, name: str) -> None:
+            time.sleep(max(sigterm + seconds - time.monotonic(), 0))
+            cluster.delete_pods(kube, namespace, [name])
+            exited[name] = time.monotonic() - sigterm
+
+        exit_at(2, train)
+        wait_until(lambda: a.displaced() == 1, timeout=15, what="observer-a to record train")
+        # The leader goes away (a rollout, a drained node): the other takes over.
+        a_metrics = a.metrics()
+        a.stop()
+        wait_until(b.leading, timeout=15, what="observer-b to lead")
+        exit_at(6, webpod)
+        exit_at(9, "eval")  # 6 s after its 3 s grace ran out
+        out, err = drill.communicate(timeout=60)
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+    assert drill.returncode == 1, err.decode()
+    report = json.loads(out)
+    results = {r["name"]: r for r in report["results"]}
+    assert {n: r["outcome"] for n, r in results.items()} == {
+        train: "exited-in-time", webpod: "exited-in-time", "eval": "grace-expired",
+        "stuck": "still-running"}  # fmt: skip
+    for name in (train, webpod, "eval"):
+        assert abs(results[name]["exitedAfterSeconds"] - exited[name]) < 1.5, (results, exited)
+    assert report["criticalPods"] == []
+    assert report["uncordoned"] is False
+    assert kube.get(f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
+    assert "drill: [" in err.decode()  # the progress bar
+
+    # T+5:00 comes early: the node is removed with "stuck" still inside its 60 s grace.
+    kube.delete(f"/api/v1/nodes/{node}", grace_seconds=None)
+    wait_until(lambda: b.displaced() == 3, timeout=30, what="observer-b to record the rest")
+
+    counter = "preemptguard_displaced_pods_total"
+    assert a_metrics[("preemptguard_reclaims_total", (("trigger", "event"),))] == 1
+    assert (
+        a_metrics[(counter, (("outcome", "exited-in-time"), ("workload_class", "interruptible")))]
+        == 1
+    )
+    assert b.value("preemptguard_reclaims_total", trigger="event") == 0  # counted by a
+    assert b.value(counter, workload_class="flexible", outcome="exited-in-time") == 1
+    assert b.value(counter, workload_class="flexible", outcome="grace-expired") == 1
+    assert b.value(counter, workload_class="interruptible", outcome="lost-with-node") == 1
+    assert b.value(counter, workload_class="interruptible", outcome="exited-in-time") == 0
+    assert b.value("preemptguard_displaced_pod_exit_seconds_count", workload_class="flexible") == 2
+
+    events = _outcome_events(kube, namespace)
+    assert set(events) == {"train", "web", "eval", "stuck"}  # the Job, the Deployment, the pods
+    assert events["train"]["involvedObject"]["kind"] == "Job"
+    assert events["web"]["involvedObject"]["kind"] == "Deployment"
+    assert events["train"]["reason"] == "ReclaimExitedInTime"
+    assert "checkpoint budget 35 s (declared checkpoint 5 s)" in events["train"]["message"]
+    assert events["eval"]["reason"] == "ReclaimGraceExpired"
+    assert events["stuck"]["reason"] == "ReclaimLostWithNode"
+    for owner, name in (("train", train), ("web", webpod), ("eval", "eval")):
+        assert abs(_seconds(events[owner]["message"]) - exited[name]) < 1.5, (events, exited)
+    assert exited["eval"] > 3 + 1  # past its grace: what makes it grace-expired
+    assert all(e["count"] == 1 for e in events.values())
+    node_events = [e for e in kube.get("/api/v1/namespaces/default/events")["items"]
+                   if e["involvedObject"]["name"] == node]  # fmt: skip
+    assert sorted(e["reason"] for e in node_events) == ["ReclaimObserved", "TogetherPreempted"]
+
+    lines = {line["pod"]: line for line in a.lines("displaced_pod") + b.lines("displaced_pod")}
+    assert set(lines) == set(pods.values())
+    assert lines[train]["grace_seconds"] == 35
+    assert lines[train]["checkpoint_seconds"] == 5
+    assert lines["stuck"]["outcome"] == "lost-with-node"
+    assert (a.lines("reclaim")[0]["node"], b.lines("reclaim")) == (node, [])
+
+    for kind, name in (
+        ("batch/v1/namespaces/{}/jobs", "train"),
+        ("apps/v1/namespaces/{}/deployments", "web"),
+    ):
+        kube.call("DELETE", f"/apis/{kind.format(namespace)}/{name}",
+                  {"propagationPolicy": "Background"})  # fmt: skip
+    leftovers = [p["metadata"]["name"] for p in kube.get(_pods(namespace))["items"]]
+    cluster.delete_pods(kube, namespace, leftovers)
+
+
+def test_drill_refuses_a_standard_node(
+    kube: Kube, nodes: dict[str, str], identities: Identities
+) -> None:
+    out = _preemptguard(identities.rehearser, "drill", "standard-1", "--yes")
+    assert out.returncode == 2
+    assert "error: node standard-1 is a standard node" in out.stderr
+    assert not kube.get("/api/v1/nodes/standard-1")["spec"].get("unschedulable")
+    try:
+        kube.get("/api/v1/nodes/standard-1")
+    except KubeError:  # pragma: no cover - the node is one of the session's
+        pytest.fail("standard-1 is gone")
