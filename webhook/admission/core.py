@@ -10,7 +10,7 @@ into a review; the CLI prints it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from webhook import engine
 from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
@@ -18,6 +18,7 @@ from webhook.engine.decision import AdmissionOperation, Context, Decision, Obj, 
 from webhook.engine.evaluation import namespace_of, untouched
 from webhook.engine.patch import PatchOp, make_patch
 from webhook.engine.policy import Policy
+from webhook.engine.workloads import mapping_at
 
 Evaluator = Callable[[Obj, Policy, Context], Decision]
 
@@ -41,7 +42,8 @@ class Subject:
         default one (cluster-scoped Namespaces in none)."""
         if obj.get("kind") == "Namespace":
             return cls(obj=obj)
-        return cls(obj=obj, namespace=namespace_of(obj, Context()) or default_namespace)
+        own = mapping_at(obj, "metadata").get("namespace")
+        return cls(obj=obj, namespace=own if isinstance(own, str) and own else default_namespace)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,18 +63,21 @@ def judge(
 ) -> Judgement:
     """Decide ``subject``. Exceptions from ``evaluate`` and from ``namespaces``
     (``NamespaceUnknown``) reach the caller."""
-    context = Context(
+    bare = Context(
         operation=subject.operation,
         namespace=subject.namespace,
         old_object=subject.old_object,
         requester=subject.requester,
     )
-    meta = _namespace(subject, policy, context, namespaces)
-    context = replace(context, namespace_annotations=meta.annotations, namespace_labels=meta.labels)
+    meta = _namespace(subject, policy, bare, namespaces)
+    context = bare if meta is _NONE else _with_namespace(bare, meta)
     decision = evaluate(subject.obj, policy, context)
     return Judgement(
         subject=subject, decision=decision, patch=make_patch(subject.obj, decision.mutated)
     )
+
+
+_NONE = NamespaceMeta()
 
 
 def _namespace(
@@ -82,5 +87,17 @@ def _namespace(
     # a kind it does not know) needs no namespace: do not make the server read one.
     namespace = namespace_of(subject.obj, context)
     if namespace is None or untouched(subject.obj, policy, context) is not None:
-        return NamespaceMeta()
-    return namespaces(namespace)
+        return _NONE
+    meta = namespaces(namespace)
+    return meta if meta.annotations or meta.labels else _NONE
+
+
+def _with_namespace(context: Context, meta: NamespaceMeta) -> Context:
+    return Context(
+        operation=context.operation,
+        namespace=context.namespace,
+        namespace_annotations=meta.annotations,
+        namespace_labels=meta.labels,
+        old_object=context.old_object,
+        requester=context.requester,
+    )

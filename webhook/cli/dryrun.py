@@ -7,6 +7,7 @@ recorded review gives exactly the server's answer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from webhook.engine.decision import Decision
 from webhook.engine.patch import PatchOp
 from webhook.engine.policy import Policy
 from webhook.errors import BadReview
-from webhook.loading.manifests import Document, InputError, Manifests
+from webhook.loading.manifests import Document, InputError, Item, Manifests
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,15 +78,33 @@ def check(manifests: Manifests, policy: Policy, *, default_namespace: str) -> li
     """
     lookup = namespaces.from_objects(doc.obj for doc in manifests.documents)
     results = []
-    for doc in manifests.documents:
+    for item in judge_each(manifests.documents, policy, lookup, default_namespace):
+        if isinstance(item, Result):
+            results.append(item)
+        else:
+            manifests.errors.append(item)
+    return results
+
+
+def judge_each(
+    items: Iterable[Item], policy: Policy, lookup: NamespaceLookup, default_namespace: str
+) -> Iterator[Result | InputError]:
+    """A result for each object of ``items`` as it comes; problems passed on as they come.
+
+    An object that cannot be judged (a malformed review, an engine failure) becomes an input
+    error naming it; the others still get their results.
+    """
+    for item in items:
+        if isinstance(item, InputError):
+            yield item
+            continue
         try:
-            results.append(_result(doc, policy, lookup, default_namespace))
+            yield _result(item, policy, lookup, default_namespace)
         except BadReview as exc:
-            manifests.errors.append(InputError(doc.source, doc.line, f"{REVIEW_KIND}: {exc}"))
+            yield InputError(source=item.source, line=item.line, message=f"{REVIEW_KIND}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported with the object, never a traceback
             problem = f"could not be evaluated ({type(exc).__name__}: {exc}); please report it"
-            manifests.errors.append(InputError(doc.source, doc.line, problem))
-    return results
+            yield InputError(source=item.source, line=item.line, message=problem)
 
 
 def _result(

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from webhook.admission.review import decode_patch
 from webhook.cli.dryrun import Result
+from webhook.loading import jsondoc
+from webhook.loading.manifests import InputError
 
 
 class ExitStatus(enum.IntEnum):
@@ -17,66 +20,136 @@ class ExitStatus(enum.IntEnum):
     BAD_INPUT = 2
 
 
-def exit_status(results: Sequence[Result], *, bad_input: bool) -> ExitStatus:
-    if bad_input:
-        return ExitStatus.BAD_INPUT
-    if any(not r.decision.allowed for r in results):
-        return ExitStatus.REFUSED
-    return ExitStatus.ALLOWED
+@dataclass(kw_only=True)
+class Tally:
+    """The counts a run ends with: the summary and the exit status."""
 
+    objects: int = 0
+    allowed: int = 0
+    refused: int = 0
+    would_be_refused: int = 0
+    changed: int = 0
+    skipped: int = 0
+    input_errors: int = 0
 
-def summary(results: Sequence[Result], *, input_errors: int = 0) -> dict[str, int]:
-    decisions = [r.decision for r in results]
-    return {
-        "objects": len(decisions),
-        "allowed": sum(d.allowed for d in decisions),
-        "refused": sum(not d.allowed for d in decisions),
-        "wouldBeRefused": sum(d.enforce_refuses and d.allowed for d in decisions),
-        "changed": sum(bool(r.patch) for r in results),
-        "skipped": sum(d.skipped is not None for d in decisions),
-        "inputErrors": input_errors,
-    }
-
-
-def render_json(results: Sequence[Result], *, input_errors: Sequence[str] = ()) -> str:
-    doc = {
-        "results": [r.as_json() for r in results],
-        "summary": summary(results, input_errors=len(input_errors)),
-        "inputErrors": list(input_errors),
-    }
-    return json.dumps(doc, indent=2)
-
-
-def render_text(results: Sequence[Result], *, input_errors: int = 0) -> str:
-    lines: list[str] = []
-    for r in results:
-        lines.append(_headline(r))
-        lines += [f"    refused: {v}" for v in r.decision.violations if not r.decision.allowed]
-        lines += [f"    warning: {w}" for w in r.decision.warnings]
-        lines += [f"    patch: {_op(op)}" for op in r.patch]
-        lines += [f"    answer ({hook}): {_answer(review)}" for hook, review in r.reviews.items()]
-    lines.append(_summary_line(summary(results, input_errors=input_errors)))
-    return "\n".join(lines)
-
-
-def render_explain(results: Sequence[Result]) -> str:
-    blocks = []
-    for r in results:
+    def count(self, r: Result) -> None:
         d = r.decision
-        lines = [f"{_title(r)}  ({r.document.source}:{r.document.line})"]
-        if d.skipped:
-            lines.append(f"    untouched: {d.skipped}")
-        else:
-            lines.append(f"    class: {_class_origin(r)}")
-        lines += [f"    change {c.path}: {c.message}" for c in d.changes]
-        lines += [
-            f"    {'refused' if not d.allowed else 'would be refused'}: {v}" for v in d.violations
-        ]
-        lines += [f"    warning: {w}" for w in d.warnings if not w.startswith("would be refused")]
-        if not d.skipped and not d.changes and not d.violations and d.workload_class:
-            lines.append("    no change: the object already has everything its class needs")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+        self.objects += 1
+        self.allowed += d.allowed
+        self.refused += not d.allowed
+        self.would_be_refused += d.enforce_refuses and d.allowed
+        self.changed += bool(r.patch)
+        self.skipped += d.skip is not None
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "objects": self.objects,
+            "allowed": self.allowed,
+            "refused": self.refused,
+            "wouldBeRefused": self.would_be_refused,
+            "changed": self.changed,
+            "skipped": self.skipped,
+            "inputErrors": self.input_errors,
+        }
+
+    def exit_status(self) -> ExitStatus:
+        if self.input_errors:
+            return ExitStatus.BAD_INPUT
+        return ExitStatus.REFUSED if self.refused else ExitStatus.ALLOWED
+
+
+class Report:
+    """Writes results to ``out`` as they come (text); subclasses write JSON or explanations.
+
+    Nothing is kept but the tally and the input errors, so a run over any number of
+    objects holds one at a time.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.tally, self.errors = out, Tally(), list[str]()
+
+    def add(self, item: Result | InputError) -> None:
+        if isinstance(item, InputError):
+            self.errors.append(str(item))
+            self.tally.input_errors += 1
+            return
+        self.tally.count(item)
+        self.write(item)
+
+    def write(self, r: Result) -> None:
+        self.out.write("\n".join(text_lines(r)) + "\n")
+
+    def finish(self) -> ExitStatus:
+        self.out.write(_summary_line(self.tally.as_json()) + "\n")
+        return self.tally.exit_status()
+
+
+class JsonReport(Report):
+    """``{"results": [...], "summary": {...}, "inputErrors": [...]}``, results streamed."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__(out)
+        self.first = True
+
+    def write(self, r: Result) -> None:
+        self.out.write(
+            ('{\n  "results": [\n    ' if self.first else ",\n    ") + _indented(r.as_json())
+        )
+        self.first = False
+
+    def finish(self) -> ExitStatus:
+        results = '{\n  "results": []' if self.first else "\n  ]"
+        summary = _indented(self.tally.as_json(), 1)
+        errors = _indented(self.errors, 1)
+        self.out.write(f'{results},\n  "summary": {summary},\n  "inputErrors": {errors}\n}}\n')
+        return self.tally.exit_status()
+
+
+class ExplainReport(Report):
+    """Why each object got what it got, a block each."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__(out)
+        self.first = True
+
+    def write(self, r: Result) -> None:
+        self.out.write(("" if self.first else "\n") + explain_block(r) + "\n")
+        self.first = False
+
+    def finish(self) -> ExitStatus:
+        return self.tally.exit_status()
+
+
+def _indented(value: Any, levels: int = 2) -> str:
+    """``value`` as indented JSON (2 spaces), nested ``levels`` deep in the document."""
+    text = jsondoc.dumps_indented(value)
+    return text.replace("\n", "\n" + "  " * levels)
+
+
+def text_lines(r: Result) -> list[str]:
+    lines = [_headline(r)]
+    lines += [f"    refused: {v}" for v in r.decision.violations if not r.decision.allowed]
+    lines += [f"    warning: {w}" for w in r.decision.warnings]
+    lines += [f"    patch: {_op(op)}" for op in r.patch]
+    lines += [f"    answer ({hook}): {_answer(review)}" for hook, review in r.reviews.items()]
+    return lines
+
+
+def explain_block(r: Result) -> str:
+    d = r.decision
+    lines = [f"{_title(r)}  ({r.document.source}:{r.document.line})"]
+    if d.skipped:
+        lines.append(f"    untouched: {d.skipped}")
+    else:
+        lines.append(f"    class: {_class_origin(r)}")
+    lines += [f"    change {c.path}: {c.message}" for c in d.changes]
+    lines += [
+        f"    {'refused' if not d.allowed else 'would be refused'}: {v}" for v in d.violations
+    ]
+    lines += [f"    warning: {w}" for w in d.warnings if not w.startswith("would be refused")]
+    if not d.skipped and not d.changes and not d.violations and d.workload_class:
+        lines.append("    no change: the object already has everything its class needs")
+    return "\n".join(lines)
 
 
 def _class_origin(r: Result) -> str:

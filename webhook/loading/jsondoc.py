@@ -71,6 +71,15 @@ def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> A
     return _loads(data, object_pairs_hook)
 
 
+def dumps_indented(value: Any) -> str:
+    """JSON of ``value`` indented by two spaces, as ``json.dumps(value, indent=2)`` writes it
+    (non-ASCII characters as they are)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    except TypeError:
+        return json.dumps(value, indent=2)
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON of ``value`` (orjson; the standard encoder, escaping, for the strings
     orjson refuses: lone surrogates read from a request)."""

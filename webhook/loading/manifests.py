@@ -1,18 +1,24 @@
-"""Read Kubernetes objects from YAML/JSON files, folders and stdin, keeping where each was read."""
+"""Read Kubernetes objects from YAML/JSON files, folders and stdin, keeping where each was read.
+
+Objects come as a stream (``read``): each is handed on as soon as it is read, so a run over
+many objects holds one at a time. Namespace objects are also found ahead of the stream
+(``namespace_objects``), since an object anywhere in the input may be in a namespace that a
+later document declares, as ``kubectl apply -f app/ -f namespaces.yaml`` allows.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 import yaml
 
 from webhook.engine.decision import Obj
 from webhook.engine.podshape import describe
-from webhook.engine.workloads import mapping_at, string_map
 from webhook.loading import jsondoc
 from webhook.loading.yamlnodes import (
     alias_problem,
@@ -23,16 +29,29 @@ from webhook.loading.yamlnodes import (
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
+STDIN_NAME = "<stdin>"
 
 # libyaml parses many times faster than the pure-Python parser; fall back when it is absent.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        refuse_duplicate_keys(node)
-        mapping: dict[Any, Any] = super().construct_mapping(node, deep)
-        return mapping
+    # What a plain scalar resolves to (str, int, bool, ...) depends on its text only, and
+    # manifests repeat the same keys and values: remembered, up to a bound.
+    _resolved: ClassVar[dict[tuple[str, Any], str]] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is not yaml.ScalarNode or len(value) > 64:
+            return super().resolve(kind, value, implicit)
+        key = (value, implicit)
+        tag = self._resolved.get(key)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            if len(self._resolved) < 100_000:
+                self._resolved[key] = tag
+        return tag
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", bounded_int)
@@ -42,7 +61,7 @@ _Loader.add_constructor("tag:yaml.org,2002:int", bounded_int)
 MAX_INPUT_BYTES = 64 * 2**20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Document:
     """One Kubernetes object and where it was read."""
 
@@ -51,7 +70,7 @@ class Document:
     line: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputError:
     """Input that could not be read as Kubernetes objects; ``str()`` says where and what to fix."""
 
@@ -64,101 +83,147 @@ class InputError:
         return f"{where}: {self.message}"
 
 
-@dataclass
+Item = Document | InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """One input: a file, read each time its text is asked for, or stdin, read once."""
+
+    name: str
+    path: Path | None = None
+    stdin_text: str | None = None
+
+    def text(self) -> str | InputError:
+        if self.path is None:
+            return self.stdin_text or ""
+        return _read_file(self.path)
+
+
+@dataclass(kw_only=True)
 class Manifests:
+    """Every document and error of an input, read at once (for small inputs and tests)."""
+
     documents: list[Document] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
-
-    def namespace_annotations(self) -> dict[str, dict[str, str]]:
-        """Annotations of the Namespace objects in the input, by namespace name."""
-        found: dict[str, dict[str, str]] = {}
-        for doc in self.documents:
-            meta = mapping_at(doc.obj, "metadata")
-            if doc.obj.get("kind") == "Namespace" and isinstance(meta.get("name"), str):
-                found[meta["name"]] = string_map(meta.get("annotations"))
-        return found
 
 
 def load_manifests(paths: Sequence[str], stdin: TextIO) -> Manifests:
     """Every object in ``paths`` (files, folders searched recursively, ``-`` for stdin)."""
     out = Manifests()
-    for source, text in _texts(paths, stdin, out.errors):
-        _parse(source, text, out)
+    for item in read(sources(paths, stdin)):
+        if isinstance(item, Document):
+            out.documents.append(item)
+        else:
+            out.errors.append(item)
     return out
 
 
-def _texts(
-    paths: Sequence[str], stdin: TextIO, errors: list[InputError]
-) -> Iterator[tuple[str, str]]:
+def sources(paths: Sequence[str], stdin: TextIO) -> list[Source | InputError]:
+    """The inputs named by ``paths``: files, the files of folders, stdin (read now)."""
+    found: list[Source | InputError] = []
     for raw in paths:
         if raw == STDIN:
-            text = _read_stdin(stdin, errors)
-            if text is not None:
-                yield "<stdin>", text
+            text = _read_stdin(stdin)
+            found.append(
+                text if isinstance(text, InputError) else Source(name=STDIN_NAME, stdin_text=text)
+            )
             continue
         path = Path(raw)
         files = _folder_files(path) if path.is_dir() else [path]
         if path.is_dir() and not files:
-            errors.append(
-                InputError(raw, None, f"no {', '.join(MANIFEST_SUFFIXES)} files in this folder")
-            )
-        for file in files:
-            text = _read_file(file, errors)
-            if text is not None:
-                yield str(file), text
+            problem = f"no {', '.join(MANIFEST_SUFFIXES)} files in this folder"
+            found.append(InputError(source=raw, line=None, message=problem))
+        found += [Source(name=str(file), path=file) for file in files]
+    return found
 
 
-def _read_file(path: Path, errors: list[InputError]) -> str | None:
+def read(inputs: Iterable[Source | InputError]) -> Iterator[Item]:
+    """Every object and every problem of ``inputs``, in order, one at a time."""
+    for source in inputs:
+        if isinstance(source, InputError):
+            yield source
+            continue
+        text = source.text()
+        if isinstance(text, InputError):
+            yield text
+        elif source.name.endswith(".json"):
+            yield from _parse_json(source.name, text)
+        else:
+            yield from _parse_yaml(source.name, text)
+
+
+# A document that declares a Namespace, or a List holding one: worth reading ahead.
+_NAMESPACE_KIND = re.compile(r"""(?m)^[ \t-]*kind:[ \t]*["']?Namespace["']?[ \t]*(?:#.*)?$""")
+_NAMESPACE_KIND_JSON = re.compile(r'"kind"\s*:\s*"Namespace"')
+_DOCUMENT_START = re.compile(r"(?m)^---")
+
+
+def namespace_objects(inputs: Iterable[Source | InputError]) -> Iterator[Obj]:
+    """The Namespace objects of ``inputs``, read ahead: only the documents that can hold one
+    are parsed, and problems are left for ``read`` to report."""
+    for source in inputs:
+        if isinstance(source, InputError):
+            continue
+        text = source.text()
+        if not isinstance(text, str):
+            continue
+        if source.name.endswith(".json"):
+            chunks = [text] if _NAMESPACE_KIND_JSON.search(text) else []
+        else:
+            chunks = [c for c in _DOCUMENT_START.split(text) if _NAMESPACE_KIND.search(c)]
+        for chunk in chunks:
+            parse = _parse_json if source.name.endswith(".json") else _parse_yaml
+            for item in parse(source.name, chunk):
+                if isinstance(item, Document) and item.obj.get("kind") == "Namespace":
+                    yield item.obj
+
+
+def _read_file(path: Path) -> str | InputError:
     try:
         with path.open("rb") as stream:
             data = stream.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
-        errors.append(InputError(str(path), None, f"cannot read: {exc.strerror or exc}"))
-        return None
-    return _decoded(str(path), data, errors)
+        message = f"cannot read: {exc.strerror or exc}"
+        return InputError(source=str(path), line=None, message=message)
+    return _decoded(str(path), data)
 
 
-def _read_stdin(stdin: TextIO, errors: list[InputError]) -> str | None:
+def _read_stdin(stdin: TextIO) -> str | InputError:
     binary = getattr(stdin, "buffer", None)
     if binary is not None:
-        return _decoded("<stdin>", binary.read(MAX_INPUT_BYTES + 1), errors)
+        return _decoded(STDIN_NAME, binary.read(MAX_INPUT_BYTES + 1))
     text = stdin.read(MAX_INPUT_BYTES + 1)
     try:
         # Undecodable bytes arrive as surrogates when the locale is not UTF-8.
         text.encode("utf-8")
     except UnicodeEncodeError:
-        errors.append(InputError("<stdin>", None, "cannot read: not UTF-8 text"))
-        return None
-    return _within_limit("<stdin>", text, len(text), errors)
+        return InputError(source=STDIN_NAME, line=None, message="cannot read: not UTF-8 text")
+    return _within_limit(STDIN_NAME, text, len(text))
 
 
-def _decoded(source: str, data: bytes, errors: list[InputError]) -> str | None:
+def _decoded(source: str, data: bytes) -> str | InputError:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        errors.append(InputError(source, None, f"cannot read: not UTF-8 text (byte {exc.start})"))
-        return None
-    return _within_limit(source, text, len(data), errors)
+        message = f"cannot read: not UTF-8 text (byte {exc.start})"
+        return InputError(source=source, line=None, message=message)
+    return _within_limit(source, text, len(data))
 
 
-def _within_limit(source: str, text: str, size: int, errors: list[InputError]) -> str | None:
+def _within_limit(source: str, text: str, size: int) -> str | InputError:
     if size <= MAX_INPUT_BYTES:
         return text
     limit = f"{MAX_INPUT_BYTES // 2**20} MiB"
-    errors.append(
-        InputError(source, None, f"more than {limit}: not read; split it into smaller files")
-    )
-    return None
+    message = f"more than {limit}: not read; split it into smaller files"
+    return InputError(source=source, line=None, message=message)
 
 
 def _folder_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
 
 
-def _parse(source: str, text: str, out: Manifests) -> None:
-    if source.endswith(".json"):
-        _parse_json(source, text, out)
-        return
+def _parse_yaml(source: str, text: str) -> Iterator[Item]:
     loader = _Loader(text)
     # Anchors are rare in manifests: look for a recursive or exploding alias only where the
     # text could hold one.
@@ -170,28 +235,63 @@ def _parse(source: str, text: str, out: Manifests) -> None:
             problem = alias_problem(node) if check_aliases else None
             if problem is not None:
                 message, at = problem
-                out.errors.append(InputError(source, at, f"not usable YAML: {message}"))
+                yield InputError(source=source, line=at, message=f"not usable YAML: {message}")
                 continue
-            _add(source, line, loader.construct_document(node), out)
+            yield from _objects(source, line, _python(loader, node))
     except yaml.YAMLError as exc:
         reason = getattr(exc, "problem", None) or str(exc)
-        out.errors.append(InputError(source, problem_line(exc), f"not valid YAML: {reason}"))
+        yield InputError(source=source, line=problem_line(exc), message=f"not valid YAML: {reason}")
     except RecursionError:
-        out.errors.append(InputError(source, None, "not usable YAML: nested too deeply"))
+        yield InputError(source=source, line=None, message="not usable YAML: nested too deeply")
     finally:
         loader.dispose()
 
 
-def _parse_json(source: str, text: str, out: Manifests) -> None:
+def _python(loader: Any, root: yaml.Node) -> Any:
+    """The value of a composed document: what ``construct_document`` makes, with the checks
+    of ``refuse_duplicate_keys``, made directly (strings, the most of any manifest, as they
+    are) and shared where an alias repeats an anchor."""
+    made: dict[int, Any] = {}
+    scalar = yaml.ScalarNode
+
+    def value(node: yaml.Node) -> Any:
+        if node.__class__ is scalar:
+            return node.value if node.tag == _STR_TAG else loader.construct_object(node)
+        known = made.get(id(node))
+        if known is not None:
+            return known
+        if isinstance(node, yaml.SequenceNode):
+            items: list[Any] = []
+            made[id(node)] = items
+            items.extend(value(item) for item in node.value)
+            return items
+        assert isinstance(node, yaml.MappingNode)
+        refuse_duplicate_keys(node)
+        if any(key.tag == _MERGE_TAG for key, _ in node.value):
+            loader.flatten_mapping(node)
+        mapping: dict[Any, Any] = {}
+        made[id(node)] = mapping
+        for key_node, value_node in node.value:
+            key = value(key_node)
+            if isinstance(key, dict | list):
+                problem = "found a mapping or a list as a key; keys must be plain values"
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            mapping[key] = value(value_node)
+        return mapping
+
+    return value(root)
+
+
+def _parse_json(source: str, text: str) -> Iterator[Item]:
     try:
         value = jsondoc.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
-        out.errors.append(InputError(source, exc.lineno, f"not valid JSON: {exc.msg}"))
+        yield InputError(source=source, line=exc.lineno, message=f"not valid JSON: {exc.msg}")
         return
     except ValueError as exc:  # a duplicate key, or an error in a deeply nested document
-        out.errors.append(InputError(source, None, f"not valid JSON: {exc}"))
+        yield InputError(source=source, line=None, message=f"not valid JSON: {exc}")
         return
-    _add(source, 1, value, out)
+    yield from _objects(source, 1, value)
 
 
 class _DuplicateKey(ValueError):
@@ -210,24 +310,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _add(source: str, line: int, value: Any, out: Manifests, where: str = "") -> None:
+def _objects(source: str, line: int, value: Any, where: str = "") -> Iterator[Item]:
     if value is None and not where:
         return
     if not isinstance(value, dict):
         problem = f"{where}a document must be a Kubernetes object, not {describe(value)}"
-        out.errors.append(InputError(source, line, problem))
+        yield InputError(source=source, line=line, message=problem)
         return
     items = value.get("items")
     if _is_list(value) and isinstance(items, list):
         # kubectl prints `kind: List`; the API returns PodList, DeploymentList, ...
         for i, item in enumerate(items):
-            _add(source, line, item, out, f"{where}items[{i}]: ")
+            yield from _objects(source, line, item, f"{where}items[{i}]: ")
         return
     invalid = _object_problem(value)
     if invalid:
-        out.errors.append(InputError(source, line, where + invalid))
+        yield InputError(source=source, line=line, message=where + invalid)
     else:
-        out.documents.append(Document(value, source, line))
+        yield Document(obj=value, source=source, line=line)
 
 
 def _is_list(obj: Obj) -> bool:

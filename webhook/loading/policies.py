@@ -7,9 +7,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from webhook.engine.policy import (
@@ -25,6 +24,10 @@ from webhook.engine.policy import (
     WorkloadClass,
 )
 from webhook.errors import PolicyError
+
+if TYPE_CHECKING:
+    import jsonschema
+
 from webhook.loading.yamlnodes import Located, compose_documents, problem_line
 
 POLICY_KIND = "PlacementPolicy"
@@ -39,10 +42,17 @@ def policy_schema() -> dict[str, Any]:
     return schema
 
 
+@cache
 def builtin_policy() -> Policy:
-    """The default policy shipped with the package."""
+    """The default policy shipped with the package (read once; a Policy is immutable).
+
+    Its schema is checked by the test suite, not on every start: the check costs more than
+    the rest of a small `preemptguard check` together.
+    """
     ref = resources.files("webhook").joinpath("data/default-policy.yaml")
-    return parse_policy(ref.read_text(), source="<built-in default policy>")
+    source = "<built-in default policy>"
+    docs = [d for d in _documents(ref.read_text(), source) if d.value is not None]
+    return _build(docs[0], source, check_schema=False)
 
 
 def policy_files(directory: Path) -> list[Path]:
@@ -96,8 +106,9 @@ def _documents(text: str, source: str) -> list[Located]:
         raise PolicyError(source, None, "", "not usable YAML: nested too deeply") from exc
 
 
-def _build(doc: Located, source: str) -> Policy:
-    _check_schema(doc, source)
+def _build(doc: Located, source: str, *, check_schema: bool = True) -> Policy:
+    if check_schema:
+        _check_schema(doc, source)
     spec = doc.value["spec"]
     classes = _classes(doc, source)
     rules = _rules(doc, source, classes)
@@ -146,6 +157,8 @@ def _check_grace(doc: Located, source: str) -> None:
 
 
 def _check_schema(doc: Located, source: str) -> None:
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(policy_schema())
     errors = sorted(validator.iter_errors(doc.value), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

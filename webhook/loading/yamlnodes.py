@@ -91,6 +91,9 @@ def refuse_duplicate_keys(node: yaml.MappingNode) -> None:
     """Raise on a key written twice in one mapping, as kubectl does: YAML would keep only the
     last, so a second ``nodeSelector:`` would silently replace the first. Checked before merge
     keys (``<<``) are flattened in, which a mapping's own keys may override."""
+    texts = [key.value for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+    if len(set(texts)) == len(texts):  # nearly always: nothing written twice, as text
+        return
     seen: set[tuple[str, str]] = set()
     for key_node, _ in node.value:
         if isinstance(key_node, yaml.ScalarNode):
