@@ -38,10 +38,8 @@ def _malformed_answered(words: str) -> Callable[[Found], bool]:
 
 def _deep_value_500(found: Found) -> bool:
     """A 500 (or the error logged with it) for a case that nests a value about 1,000 levels."""
-    nested = any(
-        label.startswith("deep:") and 950 <= int(label.split(":")[1]) <= 1030
-        for label in found.mutations
-    )
+    depths = [label.split(":")[1] for label in found.mutations if label.startswith("deep:")]
+    nested = any(d.isdigit() and 950 <= int(d) <= 1030 for d in depths)
     failure = found.failure
     if failure.check == "error-logged":
         return nested and "RecursionError" in failure.detail
