@@ -1,6 +1,6 @@
 """Pod-create latency through a real kube-apiserver, without and with the webhook, in one run.
 
-    .venv/bin/python benchmarks/e2e_bench.py [-n 300]
+    .venv/bin/python benchmarks/e2e_bench.py [-n 300] [--release 1.37|1.20]
 
 Starts the end-to-end control plane and the real ``preemptguard serve``, then times N sequential
 pod creates (one keep-alive client, as a controller would) in five phases: no webhook; the
@@ -27,10 +27,13 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import server_bench
-from tests.e2e import cluster
-from tests.e2e.controlplane import Kube, running_control_plane, wait_until
-from tests.e2e.render import prepare_tree
-from tests.e2e.webhook_server import (
+from harness import cluster
+from harness.binaries import MAIN, RELEASES, release
+from harness.controlplane import running_control_plane
+from harness.kube import Kube
+from harness.manifests import prepare_tree
+from harness.processes import wait_until
+from harness.webhook import (
     WebhookServer,
     config_path,
     local_webhook_configurations,
@@ -128,11 +131,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=300, help="creates per phase (default 300)")
     parser.add_argument("--warmup", type=int, default=30, help="untimed creates before each phase")
+    parser.add_argument(
+        "--release",
+        choices=sorted(RELEASES),
+        default=MAIN.name,
+        help=f"Kubernetes release (default {MAIN.name})",
+    )
     args = parser.parse_args()
 
     with (
         tempfile.TemporaryDirectory(prefix="preemptguard-bench-") as tmp,
-        running_control_plane() as cp,
+        running_control_plane(release(args.release)) as cp,
     ):
         work = Path(tmp)
         kube = cp.client()

@@ -1,18 +1,17 @@
 #!/usr/bin/env python3
 """Run etcd, kube-apiserver, kube-scheduler and kube-controller-manager locally until Ctrl-C.
 
-    .venv/bin/python hack/control-plane.py
+    .venv/bin/python hack/control-plane.py [--release 1.37|1.20]
 
-Prints an ``export KUBECONFIG=...`` line; the control plane is the one the end-to-end tests use.
-Add fake nodes with ``tests.e2e.cluster.create_node`` or plain ``kubectl create -f node.yaml``.
+The same as ``python -m harness`` run from the repository root (see harness/__main__.py):
+prints an ``export KUBECONFIG=...`` line; Ctrl-C stops everything.
 """
 
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.e2e.controlplane import main
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `-m` finds the harness package in the working directory: the repository root.
+    os.chdir(Path(__file__).resolve().parents[1])
+    os.execv(sys.executable, [sys.executable, "-m", "harness", *sys.argv[1:]])

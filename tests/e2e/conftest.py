@@ -1,5 +1,11 @@
-"""Session fixtures: one control plane, fake nodes of both classes, the real ``preemptguard serve``
-and the shipped webhook configurations pointed at it.
+"""Session fixtures, once per Kubernetes release: a control plane, fake nodes of both classes,
+the real ``preemptguard serve`` and the shipped webhook configurations pointed at it.
+
+Every test that uses them runs on the main release (1.37) and on the oldest one supported
+(1.20), as ``test_x[k8s-1.37]`` and ``test_x[k8s-1.20]``. pytest runs all the tests of one
+release before the other's, so one control plane runs at a time: the first is stopped before
+the second starts. ``@pytest.mark.releases("1.37", reason=...)`` keeps a test to the releases
+named, for an API the others lack.
 
 Missing binaries fail the run: an end-to-end suite that skips itself proves nothing.
 """
@@ -11,11 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import cluster
-from tests.e2e.cluster import PREEMPTIBLE, STANDARD
-from tests.e2e.controlplane import ControlPlane, ControlPlaneError, Kube, binaries_dir
-from tests.e2e.render import Tree, prepare_tree
-from tests.e2e.webhook_server import (
+from harness import cluster
+from harness.binaries import MAIN, OLDEST, ControlPlaneError, Release, binaries
+from harness.cluster import PREEMPTIBLE, STANDARD
+from harness.controlplane import ControlPlane
+from harness.kube import Kube
+from harness.manifests import Tree, prepare_tree
+from harness.webhook import (
     ServerError,
     WebhookServer,
     register,
@@ -23,6 +31,9 @@ from tests.e2e.webhook_server import (
     start_server,
     unregister,
 )
+
+# The main release first: a failure there is the one to see first.
+RELEASES = (MAIN, OLDEST)
 
 # name -> compute class; None is a standard node without the label, which NotIn must also match.
 NODES: dict[str, str | None] = {
@@ -35,17 +46,61 @@ NODES: dict[str, str | None] = {
 }
 
 
+def _releases_for(metafunc: pytest.Metafunc) -> list[Release]:
+    marker = metafunc.definition.get_closest_marker("releases")
+    if marker is None:
+        return list(RELEASES)
+    if not marker.kwargs.get("reason"):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: releases(...) needs a reason=")
+    names = set(marker.args)
+    unknown = names - {r.name for r in RELEASES}
+    if unknown:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: unknown releases {unknown}")
+    return [r for r in RELEASES if r.name in names]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that reaches the control plane runs once per release (see the module)."""
+    if "release" in metafunc.fixturenames:
+        releases = _releases_for(metafunc)
+        metafunc.parametrize(
+            "release", releases, ids=[r.id for r in releases], indirect=True, scope="session"
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on a control plane last, in the order pytest grouped them by release: the
+    last release's control plane then stops as its last test ends, not at the end of a run
+    that goes on with other tests beside it."""
+    on_cluster = [item for item in items if "release" in getattr(item, "fixturenames", ())]
+    if on_cluster:
+        others = [item for item in items if "release" not in getattr(item, "fixturenames", ())]
+        items[:] = others + on_cluster
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def release(request: pytest.FixtureRequest) -> Release:
+    """The Kubernetes release under test (parametrised by ``pytest_generate_tests``)."""
+    value: Release = request.param
+    return value
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    release: Release, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
     try:
-        bin_dir = binaries_dir()
+        found = binaries(release)
     except ControlPlaneError as exc:
-        pytest.fail(f"no control-plane binaries: {exc}", pytrace=False)
-    cp = ControlPlane(bin_dir, tmp_path_factory.mktemp("control-plane"))
+        pytest.fail(f"no Kubernetes {release.name} binaries: {exc}", pytrace=False)
+    cp = ControlPlane(found, tmp_path_factory.mktemp(f"control-plane-{release.id}"))
     try:
         cp.start()
     except ControlPlaneError as exc:
-        pytest.fail(f"the control plane did not start: {exc}", pytrace=False)
+        pytest.fail(
+            f"the Kubernetes {release.name} control plane did not start: {exc}", pytrace=False
+        )
     try:
         yield cp
     finally:
@@ -98,7 +153,7 @@ def webhook_server(
 ) -> Iterator[WebhookServer]:
     """The real ``preemptguard serve``, on the policy the base's ConfigMap ships, reading
     namespaces with the shipped ServiceAccount's rights."""
-    work = tmp_path_factory.mktemp("webhook")
+    work = tmp_path_factory.mktemp(f"webhook-{control_plane.release.id}")
     kubeconfig = service_account_kubeconfig(kube, control_plane, base_objects, work / "kubeconfig")
     try:
         server = start_server(work, base_objects, kubeconfig)

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e import cluster
-from tests.e2e.cluster import PREEMPTIBLE, STANDARD
-from tests.e2e.controlplane import REPO, ControlPlane, Kube
+from harness import REPO, cluster
+from harness.cluster import PREEMPTIBLE, STANDARD
+from harness.controlplane import CONTROLLERS, ControlPlane
+from harness.kube import Kube
 
 pytestmark = pytest.mark.e2e
 
@@ -61,10 +62,54 @@ def test_the_controller_manager_turns_a_deployment_into_bound_pods(
     assert {nodes[p["spec"]["nodeName"]] for p in pods} == {STANDARD}
 
 
+def test_the_controller_manager_runs_a_daemonset_pod_on_every_node_it_tolerates(
+    kube: Kube, nodes: dict[str, str], namespace: str
+) -> None:
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": cluster.pod_template({"app": "agent"}),
+        },
+    }
+    kube.create(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", daemonset)
+    standard = sorted(n for n, c in nodes.items() if c == STANDARD)
+    pods = cluster.wait_pods_scheduled(kube, namespace, "app=agent", len(standard))
+    # Without a toleration of the preemptible taint: one pod on each standard node only.
+    assert sorted(p["spec"]["nodeName"] for p in pods) == standard
+    assert {p["metadata"]["ownerReferences"][0]["kind"] for p in pods} == {"DaemonSet"}
+
+
 def test_the_kubeconfig_reaches_the_cluster(control_plane: ControlPlane) -> None:
     text = control_plane.kubeconfig.read_text()
     assert control_plane.server in text
     assert str(control_plane.ca_file) in text
+    with Kube.from_kubeconfig(control_plane.kubeconfig) as kube:
+        assert kube.get("/version")["gitVersion"].startswith(f"v{control_plane.release.name}.")
+
+
+def test_each_controller_acts_as_its_own_service_account(kube: Kube) -> None:
+    """As in a kubeadm cluster (--use-service-account-credentials): what a controller creates
+    is created by system:serviceaccount:kube-system:<controller>, which the webhook relies on
+    to tell genuine DaemonSet pods from pods that only claim a DaemonSet owner."""
+    accounts = {
+        a["metadata"]["name"]
+        for a in kube.get("/api/v1/namespaces/kube-system/serviceaccounts")["items"]
+    }
+    assert {c.account for c in CONTROLLERS} <= accounts
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": "system:serviceaccount:kube-system:daemon-set-controller",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system"],
+            "resourceAttributes": {"verb": "create", "resource": "pods", "namespace": "any"},
+        },
+    }
+    answer = kube.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review).body
+    assert answer["status"]["allowed"] is True
 
 
 def _children(pid: int) -> list[int]:
@@ -80,11 +125,18 @@ def _children(pid: int) -> list[int]:
 
 
 def test_the_user_script_prints_a_kubeconfig_and_leaves_nothing_behind_on_ctrl_c(
-    control_plane: ControlPlane,
+    control_plane: ControlPlane, tmp_path: Path
 ) -> None:
-    # The binaries are already there (the session's control plane found them).
+    # The binaries are already there (the session's control plane found them). Run from
+    # elsewhere than the repository, as a user may.
     script = subprocess.Popen(
-        [sys.executable, str(REPO / "hack" / "control-plane.py")],
+        [
+            sys.executable,
+            str(REPO / "hack" / "control-plane.py"),
+            "--release",
+            control_plane.release.name,
+        ],
+        cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -103,6 +155,7 @@ def test_the_user_script_prints_a_kubeconfig_and_leaves_nothing_behind_on_ctrl_c
             Path(cluster_["certificate-authority"]),
         )
         assert kube.exists("/api/v1/namespaces/kube-system")
+        assert kube.get("/version")["minor"].rstrip("+") == control_plane.release.name.split(".")[1]
         kube.close()
         children = _children(script.pid)
         assert len(children) == 4

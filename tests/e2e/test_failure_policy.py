@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import cluster
-from tests.e2e.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD
-from tests.e2e.controlplane import Kube, KubeError, free_port, wait_until
-from tests.e2e.render import Tree
-from tests.e2e.webhook_server import (
+from harness import cluster
+from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD
+from harness.kube import Kube, KubeError
+from harness.manifests import Tree
+from harness.processes import free_port, wait_until
+from harness.webhook import (
     WebhookServer,
     config_path,
     local_webhook_configurations,

@@ -2,9 +2,10 @@
 run, the shipped Deployment's pods land where the manifest says, and the shipped RBAC grants
 what the server needs and nothing more.
 
-What the harness's 1.20 API server does not serve (policy/v1 PodDisruptionBudget from 1.21,
-cert-manager's CRDs, and fields newer than 1.20) is validated against current Kubernetes schemas
-in tests/test_manifests.py instead; each test below says which objects that applies to.
+Each test runs on the main release (1.37) and on the oldest supported (1.20). What 1.20 does not
+serve (policy/v1 PodDisruptionBudget from 1.21, fields newer than 1.20) and what neither serves
+(cert-manager's CRDs) is validated against current Kubernetes schemas in tests/test_manifests.py
+instead; each test below says which objects that applies to.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import cluster
-from tests.e2e.cluster import PLACEMENT, STANDARD
-from tests.e2e.controlplane import Kube, KubeError
-from tests.e2e.render import NAMESPACE, SERVICE, VARIANTS, Tree, find
-from tests.e2e.webhook_server import WebhookServer
+from harness import cluster
+from harness.cluster import PLACEMENT, STANDARD
+from harness.kube import Kube, KubeError
+from harness.manifests import NAMESPACE, SERVICE, VARIANTS, Tree, find
+from harness.webhook import WebhookServer
 
 pytestmark = pytest.mark.e2e
 
-# Kinds a 1.20 API server does not serve; tests/test_manifests.py covers them by schema.
+# Kinds a 1.20 API server does not serve (1.37 serves all but cert-manager's); tests/
+# test_manifests.py covers them by schema.
 UNSERVED_ON_1_20 = {
     ("policy/v1", "PodDisruptionBudget"),
     ("cert-manager.io/v1", "Issuer"),
@@ -142,6 +144,29 @@ def test_the_shipped_deployment_runs_two_replicas_on_distinct_standard_nodes(
         # the label the Namespace manifest carries), so its pods are never sent to itself.
         assert PLACEMENT not in pod["metadata"].get("annotations", {})
     assert not webhook.admissions(NAMESPACE)
+
+
+@pytest.mark.releases(
+    "1.37",
+    reason="the API server labels every namespace kubernetes.io/metadata.name from 1.21 on; "
+    "1.20 does not, and the harness labels namespaces itself there",
+)
+def test_the_api_server_sets_the_namespace_label_the_shipped_selector_excludes_by(
+    kube: Kube, webhook: WebhookServer
+) -> None:
+    name = cluster.unique("unlabelled")
+    kube.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    assert kube.get(f"/api/v1/namespaces/{name}")["metadata"]["labels"][cluster.NAME_LABEL] == name
+    # So the shipped exclusions hold as shipped: kube-system's pods never reach the webhook.
+    answer = kube.create(
+        "/api/v1/namespaces/kube-system/pods",
+        cluster.pod("excluded", workload="interruptible"),
+        dry_run=True,
+    ).body
+    assert PLACEMENT not in answer["metadata"]["annotations"]
+    assert not webhook.admissions("kube-system")
 
 
 def _can(kube: Kube, verb: str, resource: str, group: str = "") -> bool:

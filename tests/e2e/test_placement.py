@@ -1,8 +1,8 @@
 """Placement through the real API server, the real ``preemptguard serve`` and the shipped webhook
 configurations: what is stored, what the scheduler does with it, and what is refused.
 
-Namespaces here carry ``kubernetes.io/metadata.name`` because the fixtures set it: 1.21+ sets it
-on every namespace, the 1.20 API server of the default harness does not.
+Namespaces here carry ``kubernetes.io/metadata.name`` because the fixtures set it: 1.21+ (the
+main release, 1.37) sets it on every namespace, the 1.20 API server does not.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import cluster
-from tests.e2e.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD, WORKLOAD
-from tests.e2e.controlplane import Kube, KubeError, wait_until
-from tests.e2e.webhook_server import WebhookServer
+from harness import cluster
+from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD, WORKLOAD
+from harness.kube import Kube, KubeError
+from harness.processes import wait_until
+from harness.webhook import WebhookServer
 
 pytestmark = pytest.mark.e2e
 
@@ -172,6 +173,9 @@ def test_allowed_serving_deployment_gets_all_its_pods_on_standard_nodes(
         assert pod["metadata"]["annotations"][PLACEMENT] == "serving"
         # Created by the ReplicaSet controller, not by us.
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    # ...under its own identity, as in a kubeadm cluster: the webhook sees who creates a pod.
+    creators = {r["user"] for r in webhook.admissions(namespace) if r["kind"] == "Pod"}
+    assert creators == {"system:serviceaccount:kube-system:replicaset-controller"}
 
     # Templates are checked on UPDATE as well: scaling passes, turning it preemptible does not.
     path = f"{_deployments(namespace)}/api"

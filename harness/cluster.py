@@ -12,7 +12,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from tests.e2e.controlplane import Kube, KubeError, wait_until
+from harness.kube import Kube, KubeError
+from harness.processes import wait_until
 
 CLASS_LABEL = "together.ai/compute-class"
 PREEMPTIBLE, STANDARD = "preemptible", "standard"
@@ -211,7 +212,10 @@ def scheduling_events(kube: Kube, namespace: str, name: str) -> str:
 
 
 def pods_with_labels(kube: Kube, namespace: str, selector: str) -> list[dict[str, Any]]:
-    return kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
+    pods: list[dict[str, Any]] = kube.get(
+        f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector
+    )["items"]
+    return pods
 
 
 def wait_pods_scheduled(
@@ -252,3 +256,39 @@ def delete_pods(kube: Kube, namespace: str, names: Iterable[str]) -> None:
 def refused(exc: KubeError) -> bool:
     """A refusal by an admission webhook (not an error calling it)."""
     return "denied the request" in exc.message
+
+
+# --- users ---------------------------------------------------------------------------------
+
+
+def namespace_user(kube: Kube, namespace: str, name: str, rules: list[dict[str, Any]]) -> str:
+    """A token of a new ServiceAccount ``name`` in ``namespace`` that a Role grants ``rules``
+    there and nothing anywhere else (no ClusterRole binds it); ``kube`` must be an admin."""
+    meta = {"name": name, "namespace": namespace}
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+    )
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube.create(
+        f"{rbac}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": rules,
+        },
+    )
+    kube.create(
+        f"{rbac}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    answer = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", request)
+    return str(answer.body["status"]["token"])

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
-from tests.e2e import cluster
-from tests.e2e.controlplane import ControlPlane, Kube, KubeError, free_port, wait_until
-from tests.e2e.render import NAMESPACE, SERVICE, find
+from harness import cluster
+from harness.controlplane import ControlPlane
+from harness.kube import Kube, KubeError, write_kubeconfig
+from harness.manifests import NAMESPACE, SERVICE, find
+from harness.processes import free_port, wait_until
 
 HOOK_PATHS = {"/mutate", "/validate"}
 CONFIG_KINDS = {
@@ -42,8 +43,10 @@ class WebhookServer:
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def admissions(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
-        """The server's log records of reviews it answered for objects in ``namespace``."""
+    def all_admissions(self) -> list[dict[str, Any]]:
+        """The server's log records of every review it answered, in order. A review refused
+        before it was read (too many large ones at once: outcome ``busy``) has no namespace
+        or name."""
         records = []
         for line in self.log_path.read_text(errors="replace").splitlines():
             if not line.startswith("{"):
@@ -52,13 +55,17 @@ class WebhookServer:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if (
-                record.get("event") == "admission"
-                and record.get("namespace") == namespace
-                and (name is None or record.get("name") == name)
-            ):
+            if record.get("event") == "admission":
                 records.append(record)
         return records
+
+    def admissions(self, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
+        """The server's log records of reviews it answered for objects in ``namespace``."""
+        return [
+            record
+            for record in self.all_admissions()
+            if record.get("namespace") == namespace and (name is None or record.get("name") == name)
+        ]
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -100,11 +107,7 @@ def service_account_kubeconfig(
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     ).body["status"]["token"]
-    config = yaml.safe_load(control_plane.kubeconfig.read_text())
-    config["users"] = [{"name": "admin", "user": {"token": token}}]
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
+    return write_kubeconfig(path, control_plane.server, control_plane.ca_file, token, SERVICE)
 
 
 def _serve_command() -> list[str]:
@@ -160,7 +163,13 @@ def start_server(
             return s.get(f"{server.url}/readyz", verify=str(server.ca_file), timeout=2).ok
 
     try:
-        wait_until(ready, timeout=60, what="preemptguard serve /readyz", interval=0.2)
+        wait_until(
+            ready,
+            timeout=60,
+            what="preemptguard serve /readyz",
+            interval=0.2,
+            fatal=(ServerError,),
+        )
     except (TimeoutError, ServerError) as exc:
         server.stop()
         raise ServerError(f"{exc}\n{server.log_tail()}") from None
@@ -246,7 +255,15 @@ def wait_until_active(kube: Kube, namespace: str, server: WebhookServer) -> None
         return False
 
     try:
-        wait_until(both_pod_hooks, timeout=30, what="both pod webhooks", interval=0.2)
-        wait_until(workload_hook, timeout=30, what="the workload validating webhook")
+        wait_until(
+            both_pod_hooks,
+            timeout=30,
+            what="both pod webhooks",
+            interval=0.2,
+            fatal=(ServerError,),
+        )
+        wait_until(
+            workload_hook, timeout=30, what="the workload validating webhook", fatal=(ServerError,)
+        )
     except TimeoutError as exc:
         raise ServerError(f"{exc}\n{server.log_tail()}") from None
