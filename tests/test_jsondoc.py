@@ -89,3 +89,43 @@ def test_broken_deep_documents_are_refused(text: bytes) -> None:
 def test_ordinary_documents_are_read_as_json_reads_them() -> None:
     text = '{"a": [1, 2.5, "\\ud800", null], "b": {"c": true}}'
     assert jsondoc.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 500, 1000, 1024])
+def test_values_deeper_than_the_limit_are_cut_whichever_decoder_reads_them(depth: int) -> None:
+    """orjson reads up to 1,024 levels; what it reads past ``MAX_DEPTH`` is cut all the same,
+    so nothing downstream (``repr`` in a message, a copy) meets a value Python cannot walk."""
+    text = b'{"kind": ' + b"[" * depth + b"]" * depth + b', "a": [1, {"b": 2}]}'
+    value = jsondoc.loads(text)
+    assert value["a"] == [1, {"b": 2}]
+    node, levels = value["kind"], 1
+    while isinstance(node, list):
+        node, levels = node[0], levels + 1
+    assert node == UNREAD_DEEP
+    assert levels == MAX_DEPTH
+    repr(value)  # no RecursionError
+
+
+def test_many_shallow_containers_are_read_whole() -> None:
+    text = json.dumps({"items": [{"a": [i]} for i in range(2000)]}).encode()
+    assert jsondoc.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"a": 1}'.encode("utf-16"),
+        '{"a": 1}'.encode("utf-32"),
+        b'{"a": "\xed\xa0\x80"}',  # a surrogate written as UTF-8 bytes
+        b'{"a": "\xff"}',
+    ],
+    ids=["utf-16", "utf-32", "surrogate-bytes", "invalid-byte"],
+)
+def test_bodies_that_are_not_utf8_are_refused(body: bytes) -> None:
+    with pytest.raises(ValueError, match="not UTF-8"):
+        jsondoc.loads(body)
+
+
+def test_a_byte_order_mark_is_ignored_and_escaped_surrogates_are_read() -> None:
+    assert jsondoc.loads(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+    assert jsondoc.loads(b'{"a": "\\ud800"}') == {"a": "\ud800"}

@@ -46,41 +46,7 @@ def _deep_value_500(found: Found) -> bool:
     return nested and failure.check in ("expected-400", "http-500") and "500" in failure.detail
 
 
-KNOWN: tuple[KnownBug, ...] = (
-    KnownBug(
-        "deep-value-repr-500",
-        "since the JSON reader tries orjson first (commit 9c4708c), values nested up to 1,024 "
-        "levels are read whole instead of being cut at 200 levels; a value nested about "
-        "975-1,020 levels that is then passed to repr() or str() raises RecursionError and "
-        "the review is answered HTTP 500: apiVersion, kind or request.operation in "
-        "parse_review (webhook/admission/review.py, which should answer 400) and "
-        "request.object.kind in the engine's _not_a_workload (webhook/engine/evaluation.py, "
-        "a well-formed review that should be answered 200)",
-        _deep_value_500,
-        (
-            "mutate--apiversion-nested-1000-levels.json",
-            "mutate--object-kind-nested-1000-levels.json",
-        ),
-    ),
-    KnownBug(
-        "overlong-number-read-as-text",
-        "a JSON integer of more than 4,300 digits where the review has a string (request.uid, "
-        "namespace, name, kind.kind, kind.group, subResource, userInfo.username) is read as "
-        "the text '<not read: a number of more than 4300 digits>', so a body that is not an "
-        "AdmissionReview is answered HTTP 200 (for request.uid, with that text as the uid) "
-        "instead of 400",
-        _malformed_answered("a number of more than 4300 digits"),
-        ("mutate--uid-is-an-overlong-number.json",),
-    ),
-    KnownBug(
-        "body-not-utf8-accepted",
-        "json.loads() on the raw bytes detects UTF-16 and UTF-32 and lets surrogates encoded "
-        "as bytes (ED A0 80) through, so a body that is not UTF-8 JSON (RFC 8259 section 8.1) "
-        "is answered HTTP 200 instead of 400",
-        _malformed_answered("not JSON: not UTF-8"),
-        ("validate--body-in-utf-16.json", "mutate--raw-surrogate-bytes.json"),
-    ),
-)
+KNOWN: tuple[KnownBug, ...] = ()
 
 
 def match(found: Found) -> KnownBug | None:

@@ -58,14 +58,27 @@ STANDARD_LABELS: tuple[tuple[str, frozenset[str]], ...] = (
     ("training.kubeflow.org/job-role", frozenset({"launcher", "master"})),
     ("app.kubernetes.io/component", frozenset({"login"})),
 )
-# Kinds whose pod template /validate checks, and where the template is.
-TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+# Kinds whose pod template /validate checks, by API group and kind, and where the template
+# is. A kind of another group (a Volcano Job, a Deployment in the core group) is not one of them.
+TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps", "Deployment"): ("spec", "template"),
+    ("apps", "StatefulSet"): ("spec", "template"),
+    ("apps", "ReplicaSet"): ("spec", "template"),
+    ("", "ReplicationController"): ("spec", "template"),
+    ("batch", "Job"): ("spec", "template"),
+    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
 }
+
+
+def template_path(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Where the pod template of ``obj`` is, if its kind is one /validate checks."""
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        return None
+    group = api_version.rpartition("/")[0]
+    return TEMPLATE_PATHS.get((group, kind))
+
+
 MARKER = "<not read"  # what the webhook's reader puts where it did not read
 
 
@@ -636,7 +649,7 @@ class ReviewOracle:
 
     def _standard_template(self, verdict: Verdict, expected: Expected, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
-        path = TEMPLATE_PATHS.get(kind) if isinstance(kind, str) else None
+        path = template_path(obj)
         if path is None or expected.namespace in EXCLUDED_NAMESPACES:
             return
         template = _mapping(obj, *path)
@@ -783,11 +796,11 @@ def _cli_standard(
     namespace = result.get("namespace")
     if namespace in EXCLUDED_NAMESPACES:
         return []
-    kind = obj.get("kind")
-    if kind == "Pod":
+    kind, path = obj.get("kind"), template_path(obj)
+    if kind == "Pod" and obj.get("apiVersion") == "v1":
         pod: Mapping[str, Any] = obj
-    elif isinstance(kind, str) and kind in TEMPLATE_PATHS:
-        pod = _mapping(obj, *TEMPLATE_PATHS[kind])
+    elif path is not None:
+        pod = _mapping(obj, *path)
     else:
         return []
     source = standard_only(pod, namespace, defaults)

@@ -117,6 +117,8 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     uid = raw.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("request.uid is missing: the answer must echo it")
+    if uid in jsondoc.UNREAD:
+        raise BadReview(f"request.uid is {uid[1:-1].removeprefix('not read: ')}, not a string")
     operation = raw.get("operation")
     if operation not in get_args(AdmissionOperation):
         raise BadReview(
@@ -287,6 +289,8 @@ def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
         return ""
     if not isinstance(value, str):
         raise BadReview(f"{where}.{key} is {describe(value, json=True)}, not a string")
+    if value in jsondoc.UNREAD:
+        raise BadReview(f"{where}.{key} is {value[1:-1].removeprefix('not read: ')}, not a string")
     return value
 
 

@@ -23,6 +23,7 @@ import orjson
 MAX_DEPTH = 200
 UNREAD_DEEP = f"<not read: nested deeper than {MAX_DEPTH} levels>"
 UNREAD_NUMBER = "<not read: a number of more than 4300 digits>"
+UNREAD = frozenset({UNREAD_DEEP, UNREAD_NUMBER})
 # Python's own limit on converting digit strings (sys.get_int_max_str_digits()).
 MAX_INT_DIGITS = 4300
 
@@ -56,19 +57,45 @@ _EXACT = _scanner(0)
 
 
 def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> Any:
-    """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON.
+    """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON (bytes
+    that are not UTF-8 included: RFC 8259 section 8.1).
 
-    orjson reads it when it can, several times faster; what it refuses (nesting past 1,024
-    levels, integers past 64 bits, lone surrogates, NaN) is read again as above. Decoding a
-    large document makes many containers; see ``collector.paused`` for keeping the garbage
-    collector from walking them again and again.
+    orjson reads it when it can, several times faster; what it refuses (integers past 64 bits,
+    lone surrogates, NaN) and what it reads deeper than ``MAX_DEPTH`` are read again as above.
+    Decoding a large document makes many containers; see ``collector.paused`` for keeping the
+    garbage collector from walking them again and again.
     """
     if object_pairs_hook is None:
         try:
-            return orjson.loads(data)
+            value = orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
+        else:
+            if _brackets(data) <= MAX_DEPTH or _within_depth(value, MAX_DEPTH):
+                return value
     return _loads(data, object_pairs_hook)
+
+
+def _brackets(data: bytes | str) -> int:
+    """How many containers ``data`` opens at most: no deeper nesting is possible. Counting
+    is far cheaper than walking, and an ordinary review opens a few dozen."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
+
+
+def _within_depth(value: Any, limit: int) -> bool:
+    """Whether no container in ``value`` is nested deeper than ``limit`` (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return False
+                stack.append((child, depth + 1))
+    return True
 
 
 def dumps_indented(value: Any) -> str:
@@ -90,14 +117,16 @@ def dumps(value: Any) -> bytes:
 
 
 def _loads(data: bytes | str, object_pairs_hook: PairsHook | None) -> Any:
-    try:
-        return json.loads(data, object_pairs_hook=object_pairs_hook)
-    except RecursionError:
-        pass
-    except ValueError as exc:
-        if "digits" not in str(exc):
-            raise
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8-sig")  # strict: no UTF-16, no surrogates written as bytes
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    else:
+        text = data
+    if _brackets(text) <= MAX_DEPTH:
+        return json.loads(text, parse_int=_bounded_int, object_pairs_hook=object_pairs_hook)
+    raw = text.encode("utf-8", "surrogatepass")
     try:
         return json.loads(
             cut_deep_values(raw), parse_int=_bounded_int, object_pairs_hook=object_pairs_hook
