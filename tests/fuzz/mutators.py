@@ -99,7 +99,8 @@ def odd_value(rng: random.Random, avoid: Any = None) -> Any:
     makers: list[Callable[[], Any]] = [
         lambda: rng.choice(["", "x", "123", "true", "null", "CREATE", "Pod", "preemptible"]),
         lambda: rng.choice([0, -1, 1, 7, 300, 2**31, 2**63, 10**30, -(10**30)]),
-        lambda: rng.choice([0.5, 1e300, -0.0, 3.0]),
+        # Written with a decimal point, so that YAML 1.1 reads them as numbers too.
+        lambda: rng.choice([0.5, 1.5e300, -0.0, 3.0]),
         lambda: rng.choice([True, False]),
         lambda: None,
         lambda: rng.choice([[], ["x"], [1, None], [{}], [[]]]),

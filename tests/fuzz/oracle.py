@@ -726,6 +726,50 @@ def _json_output(stdout: str, exit_code: int | None) -> list[Failure]:
     return failures
 
 
+def same_in_every_format(
+    objects: list[Any],
+    output: Mapping[str, Any],
+    rerun: Callable[[list[Any]], tuple[int | None, str]],
+) -> list[Failure]:
+    """``check`` answers each object alike however the file writes it: the objects as read,
+    written again as one JSON List, get the same class, source, verdict and patch."""
+    results = output.get("results")
+    if not isinstance(results, list) or len(results) != len(objects) or output.get("inputErrors"):
+        return []
+    _, stdout = rerun(objects)
+    try:
+        again = json.loads(stdout)
+    except ValueError:
+        return [Failure("cli-json-unreadable", f"as a JSON List: {stdout[:200]!r}")]
+    failures: list[Failure] = []
+    for before, after in zip(results, again.get("results", []), strict=False):
+        if _answer_of(before) != _answer_of(after):
+            failures.append(
+                Failure(
+                    "cli-format-dependent",
+                    f"{before.get('kind')} {before.get('namespace')}/{before.get('name')}: "
+                    f"as written: {_shown(before)}; as a JSON List: {_shown(after)}",
+                )
+            )
+    return failures
+
+
+def _answer_of(result: Any) -> tuple[Any, ...]:
+    if not isinstance(result, dict):
+        return (result,)
+    keys = ("class", "source", "allowed", "refused", "patch")
+    return (*(result.get(k) for k in keys), result.get("skipped") is None)
+
+
+def _shown(result: Any) -> str:
+    if not isinstance(result, dict):
+        return repr(result)[:100]
+    return (
+        f"class {result.get('class')} ({result.get('source')}), "
+        f"allowed {result.get('allowed')}, {len(result.get('patch') or [])} patch operations"
+    )
+
+
 def cli_placement(
     objects: list[Any],
     output: Mapping[str, Any],

@@ -35,6 +35,7 @@ from tests.fuzz.oracle import (
     cli_placement,
     judge_cli,
     same_answers,
+    same_in_every_format,
 )
 from webhook.admission.namespaces import NamespaceMeta
 from webhook.cli.main import main as cli_main
@@ -285,17 +286,11 @@ def _placement(case: ManifestCase, run: CliRun, rechecked: list[int]) -> list[Fa
     )
 
     def rerun(objects: list[Any]) -> tuple[int | None, str]:
+        return check_as_json_list(objects, options)
+
+    def recheck(objects: list[Any]) -> tuple[int | None, str]:
         rechecked.append(1)
-        folder = Path(tempfile.mkdtemp(prefix="pg-fuzz-"))
-        try:
-            path = folder / "patched.json"
-            path.write_text(dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-            result = CliRunner().invoke(
-                cli_main, ["check", "-o", "json", "-f", str(path), *options]
-            )
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        return result.exit_code, result.stdout
+        return check_as_json_list(objects, options)
 
     try:
         output = json.loads(run.stdout)
@@ -303,7 +298,19 @@ def _placement(case: ManifestCase, run: CliRun, rechecked: list[int]) -> list[Fa
         return []  # judge_cli reports it
     # The objects as a reader sees them (markers such as deep values written as text, read).
     objects = [parse(dumps(obj).encode("ascii")) for obj in case.objects]
-    return cli_placement(objects, output, rerun)
+    return same_in_every_format(objects, output, rerun) or cli_placement(objects, output, recheck)
+
+
+def check_as_json_list(objects: list[Any], options: list[str]) -> tuple[int | None, str]:
+    """``check -o json`` on ``objects`` written as one JSON List: exit status and stdout."""
+    folder = Path(tempfile.mkdtemp(prefix="pg-fuzz-"))
+    try:
+        path = folder / "objects.json"
+        path.write_text(dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        result = CliRunner().invoke(cli_main, ["check", "-o", "json", "-f", str(path), *options])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return result.exit_code, result.stdout
 
 
 def run_cli(

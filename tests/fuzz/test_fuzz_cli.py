@@ -8,15 +8,24 @@ makes one case again.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.fuzz import known
 from tests.fuzz.mutators import ManifestCase
-from tests.fuzz.oracle import cli_placement, judge_cli
-from tests.fuzz.runner import ReviewRunner, describe, invoke_in_process, run_cli, run_cli_reviews
+from tests.fuzz.oracle import cli_placement, judge_cli, same_in_every_format
+from tests.fuzz.runner import (
+    ReviewRunner,
+    check_as_json_list,
+    describe,
+    invoke_in_process,
+    run_cli,
+    run_cli_reviews,
+)
 
 SEED = 20261203
 CASES = 300
@@ -73,7 +82,23 @@ def test_cli_reproducer(path: Path, tmp_path: Path) -> None:
     )
     run = invoke_in_process(case, tmp_path)
     failures = judge_cli(case.args, run.exit_code, run.stdout, run.stderr, run.exception)
+    objects = _objects(path)
+    if not failures and objects is not None:
+        rerun = partial(check_as_json_list, options=[])
+        failures = same_in_every_format(objects, json.loads(run.stdout), rerun)
     assert not failures, [str(f) for f in failures]
+
+
+def _objects(path: Path) -> list[Any] | None:
+    """The objects in a reproducer, read independently of the CLI; None if it has none."""
+    try:
+        if path.suffix == ".json":
+            docs = [json.loads(path.read_bytes())]
+        else:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (ValueError, yaml.YAMLError, RecursionError):
+        return None
+    return docs if all(isinstance(d, dict) for d in docs) else None
 
 
 # --- the oracle itself -------------------------------------------------------------------
