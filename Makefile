@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install run test lint typecheck unit e2e control-plane kustomize check-examples bench clean
+.PHONY: install run test lint typecheck unit e2e control-plane kustomize helm check-examples bench clean
 
 $(BIN)/preemptguard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ install: $(BIN)/preemptguard
 run: install
 	$(BIN)/preemptguard serve --self-signed $(CERTS) --host 127.0.0.1 --port 8443 --metrics-port 9090
 
-test: lint typecheck control-plane kustomize
+test: lint typecheck control-plane kustomize helm
 	$(BIN)/pytest
 
 lint: install
@@ -47,6 +47,11 @@ control-plane:
 # Finds or builds (once, with Go) kustomize v5, which renders manifests/ for the tests.
 kustomize:
 	hack/kustomize.sh >/dev/null
+
+# Finds or builds (once, with Go, ~10 minutes) helm v4, which lints, renders and installs
+# charts/preemptguard in the tests.
+helm:
+	hack/helm.sh >/dev/null
 
 check-examples: install
 	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1
