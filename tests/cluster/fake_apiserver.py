@@ -49,6 +49,7 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
 }
 KINDS = {kind: key for key, (kind, _) in RESOURCES.items()}
 END = object()
+BREAK = object()
 
 
 def stamp(seconds: float) -> str:
@@ -147,6 +148,11 @@ class FakeApiServer:
                 obj = copy.deepcopy(obj)
                 obj["metadata"]["resourceVersion"] = self._next_version()
                 self._emit(key, "DELETED", obj)
+
+    def break_watches(self) -> None:
+        """Drop every open watch mid-stream, as a restarting API server or a proxy does."""
+        for _, watcher in list(self._watchers):
+            watcher.put(BREAK)
 
     def close(self) -> None:
         """Go away: refuse new connections, drop the open ones, end watches."""
@@ -313,6 +319,8 @@ class FakeApiServer:
                     continue
                 if item is END:
                     return
+                if item is BREAK:
+                    raise ConnectionAbortedError("watch dropped")
                 assert isinstance(item, tuple)
                 yield item
         finally:
@@ -438,6 +446,10 @@ class FakeApiServer:
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
+                except ConnectionAbortedError:
+                    # No last chunk: the client sees the response end prematurely.
+                    self.close_connection = True
+                    return
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 self.close_connection = True

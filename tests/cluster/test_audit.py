@@ -226,7 +226,7 @@ def test_the_command_exits_0_on_a_clean_cluster_and_2_without_one(
     fake.put(pod("ok", workload="interruptible", node_name="pre-1", placed=True, policy=policy))
     clean = _run(fake, tmp_path)
     assert clean.exit_code == 0, clean.output
-    assert "1 pods and 0 workloads in 1 namespaces audited: 0 with findings" in clean.output
+    assert "1 pod and 0 workloads in 1 namespace audited: 0 with findings" in clean.output
     missing = CliRunner().invoke(main, ["audit", "--kubeconfig", str(tmp_path / "nope")])
     assert missing.exit_code == 2
     assert "error: cannot use the cluster configuration" in missing.output

@@ -292,3 +292,24 @@ def test_the_periodic_audit_exports_its_counts(
     assert sample("preemptguard_audit_objects", {"kind": "pods"}) == 6
     assert sample("preemptguard_audit_runs_total", {"result": "ok"}) == 1
     assert fake.get("PolicyReport", "preemptguard", "team") is not None
+
+
+def test_a_watch_that_breaks_is_listed_again_and_nothing_is_missed(
+    fake: FakeApiServer, connect: Callable[[], Cluster], observers: Observers, policy: Policy
+) -> None:
+    _cluster(fake, policy)
+    run = observers.start("observer-a")
+    _wait(run.observer.leading.is_set, what="leadership")
+    fake.break_watches()
+    _wait(
+        lambda: run.value("preemptguard_observer_watch_errors_total", resource="pods") >= 1,
+        what="the broken watch to be counted",
+    )
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
+    fake.remove("Pod", "sweep", "team")
+    _wait(lambda: run.displaced() == 1, what="the outcome after the relist")
+    reclaims = run.value("preemptguard_reclaims_total", trigger="event") + run.value(
+        "preemptguard_reclaims_total", trigger="cordon"
+    )
+    assert reclaims == 1  # by the Event or by the cordon, as the lists came back
+    assert run.thread.is_alive()

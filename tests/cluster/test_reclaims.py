@@ -197,3 +197,42 @@ def test_a_stale_event_starts_nothing(tracker: Tracker) -> None:
     tracker.node("ADDED", _node(cordoned=True), T0)
     assert tracker.preempted_event(_event(at=T0 - 3600), T0) == []
     assert tracker.preempted_event({"reason": "Other"}, T0) == []
+
+
+def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) -> None:
+    """A watch broke: the pods are listed again before the Events, and one has gone."""
+    job = _pod("job", 30, workload="interruptible")
+    done = _pod("done", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    tracker.pod("ADDED", done, T0 - 10)
+    assert tracker.pod("DELETED", done, T0 - 5) == []  # finished before the reclaim
+    seen, *records = tracker.preempted_event(_event(at=T0), T0 + 3)
+    assert isinstance(seen, ReclaimSeen)
+    assert seen.displaced == 1  # job, not done
+    assert records == []
+    tracker2 = Tracker(policy=tracker.policy, classify=tracker.classify)
+    tracker2.node("ADDED", _node(), T0 - 10)
+    tracker2.pod("ADDED", job, T0 - 10)
+    tracker2.node("MODIFIED", _node(cordoned=True), T0 + 4)
+    assert tracker2.replace_pods([], T0 + 4) == []  # gone, and no reclaim known yet
+    seen, gone = tracker2.preempted_event(_event(at=T0), T0 + 4)
+    assert isinstance(seen, ReclaimSeen)
+    assert seen.displaced == 1
+    assert isinstance(gone, Record)
+    assert (gone.outcome, gone.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(4.0))
+
+
+def test_a_pod_gone_before_a_cordon_revealed_the_reclaim_still_counts(tracker: Tracker) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    other = _pod("other", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    tracker.pod("ADDED", other, T0 - 10)
+    assert tracker.pod("DELETED", job, T0 + 2) == []  # its deletion was never seen
+    tracker.node("MODIFIED", _node(cordoned=True), T0 + 2)
+    seen, gone = tracker.pod("MODIFIED", _deleting(other, T0 + 2), T0 + 2)
+    assert isinstance(seen, ReclaimSeen)
+    assert seen.reclaim.trigger is Trigger.CORDON
+    assert isinstance(gone, Record)
+    assert (gone.pod.name, gone.outcome) == ("job", Outcome.EXITED_IN_TIME)

@@ -318,6 +318,21 @@ def test_the_shipped_roles_grant_the_live_commands_nothing_more(
     assert not can("rehearser", "get", "secrets")
 
 
+def test_the_observer_deployment_and_service_pass_a_server_side_dry_run(
+    kube: Kube, component: list[Obj], identities: Identities
+) -> None:
+    """The rest of the component (its RBAC is applied for real by ``identities``)."""
+    for obj in component:
+        if obj["metadata"]["name"] != OBSERVER_SA or obj["kind"] not in ("Deployment", "Service"):
+            continue
+        group = "apps/v1" if obj["kind"] == "Deployment" else "v1"
+        api = "/api/v1" if group == "v1" else f"/apis/{group}"
+        plural = obj["kind"].lower() + "s"
+        path = f"{api}/namespaces/{NAMESPACE}/{plural}/{obj['metadata']['name']}"
+        stored = kube.apply(path, obj, dry_run=True)
+        assert stored["metadata"]["name"] == OBSERVER_SA
+
+
 # --- the drill and the observer --------------------------------------------------------------
 
 

@@ -232,14 +232,18 @@ def render_text(result: Audit, *, reports: list[str]) -> str:
     s = result.summary()
     counts = ", ".join(f"{n} {code}" for code, n in s["findings"].items() if n)
     lines.append(
-        f"{s['pods']} pods and {s['workloads']} workloads in {s['namespaces']} namespaces "
-        f"audited: {s['withFindings']} with findings"
+        f"{_count(s['pods'], 'pod')} and {_count(s['workloads'], 'workload')} in "
+        f"{_count(s['namespaces'], 'namespace')} audited: {s['withFindings']} with findings"
         + (f" ({counts})" if counts else "")
         + f", {s['untouched']} untouched"
     )
     if reports:
         lines.append(f"PolicyReports written in {len(reports)} namespaces: {', '.join(reports)}")
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _headline(r: AuditResult) -> str:

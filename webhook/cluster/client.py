@@ -209,7 +209,7 @@ class Cluster:
         raw = response.response
         try:
             buffer = b""
-            for chunk in raw.stream(64 * 1024, decode_content=True):
+            for chunk in _chunks(raw, resource_path):
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
@@ -315,6 +315,19 @@ def _refused(method: str, resource_path: str, response: Any) -> ClusterError:
         status=response.status,
         reason=str(status.get("reason") or ""),
     )
+
+
+def _chunks(raw: Any, resource_path: str) -> Iterator[bytes]:
+    """The body of a watch as it arrives; a connection that breaks is a ``ClusterError``."""
+    stream = raw.stream(64 * 1024, decode_content=True)
+    while True:
+        try:
+            chunk = next(stream)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001 - urllib3's protocol, timeout, connection errors
+            raise ClusterError(f"watch of {resource_path} broke: {_one_line(exc)}") from None
+        yield chunk
 
 
 def _event(line: bytes) -> Obj:

@@ -275,13 +275,17 @@ def _wait(cluster: Cluster, report: Report, clock: Clock, progress: Progress | N
     while True:
         now = clock.now()
         if waiting:
+            try:
+                listed = cluster.list_all(path("pods"), params=params).items
+            except ClusterError:
+                listed = None  # the pods are deleted already: keep waiting, try again
             present = {
                 inventory.uid_of(p)
-                for p in cluster.list_all(path("pods"), params=params).items
+                for p in listed or ()
                 if inventory.phase_of(p) not in TERMINAL_PHASES
             }
             now = clock.now()
-            for uid in [u for u in waiting if u not in present]:
+            for uid in [u for u in waiting if listed is not None and u not in present]:
                 result = waiting.pop(uid)
                 result.exited_after = max(now - (result.sigterm or now), 0.0)
         report.waited = now - report.started

@@ -137,7 +137,10 @@ class Observer:
         except queue.Empty:
             item = None
         while item is not None:
-            self._apply(item)
+            try:
+                self._apply(item)
+            except Exception:  # one odd object must not stop the observer
+                log.exception("event_not_handled", item=str(item[:3])[:300])
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -181,13 +184,13 @@ class Observer:
                     if event.get("type") != "BOOKMARK":
                         self._inbox.put(("event", label, event.get("type"), obj))
                 delay = BACKOFF[0]
-            except ClusterError as exc:
+            except Exception as exc:  # noqa: BLE001 - a watch thread must never die
                 if self._stop.is_set():
                     return
                 self.metrics.watch_errors.labels(resource=label).inc()
                 log.warning("watch_failed", resource=label, error=str(exc), retry_in_s=delay)
                 version = ""  # list again: whatever broke, a relist is the cure
-                if not exc.gone:
+                if not (isinstance(exc, ClusterError) and exc.gone):
                     self._stop.wait(delay)
                     delay = min(delay * 2, BACKOFF[1])
 
@@ -256,9 +259,9 @@ class Observer:
             "uid": node.uid if node else "",
         }
         message = (
-            f"reclaim of preemptible node {reclaim.node} recognised ({reclaim.trigger.value}); "
-            f"{seen.displaced} pods displaced, the node is removed "
-            f"{WINDOW_SECONDS} s after it began"
+            f"reclaim of preemptible node {reclaim.node} recognised ({reclaim.trigger.value}): "
+            f"{seen.displaced} pods displaced; the provider removes the node {WINDOW_SECONDS} s "
+            "after a reclaim begins"
         )
         name = f"{reclaim.node}.preemptguard-reclaim-{_suffix(seen.key)}"
         written = self._event(NODE_EVENT_NAMESPACE, name, involved, "ReclaimObserved",
@@ -282,7 +285,9 @@ class Observer:
         involved = owner or OwnerRef(api_version="v1", kind="Pod", name=pod.name, uid=pod.uid,
                                      namespace=pod.namespace)  # fmt: skip
         reason, kind = REASONS[record.outcome]
-        name = f"{involved.name[:180]}.preemptguard-{pod.uid}"
+        # Named after the pod alone, so that every replica writes the same name whatever owner
+        # it found: the second write fails (409) and nothing is counted twice.
+        name = f"{pod.name[:200]}.preemptguard-{pod.uid}"
         written = self._event(pod.namespace, name, involved.as_reference(), reason, kind,
                               record.message())  # fmt: skip
         if written is False:

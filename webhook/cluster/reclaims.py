@@ -155,6 +155,10 @@ class Tracker:
     decided: set[str] = field(default_factory=set)
     # node name -> (uid, time) of the latest TogetherPreempted Event naming it
     preempted: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # Pods of preemptible nodes that went before any reclaim of their node was known, and
+    # when: a reclaim learnt of later (a watch that broke and was listed again, the Event
+    # arriving after the deletions) still counts them.
+    gone: dict[str, tuple[_Pod, float]] = field(default_factory=dict)
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -189,6 +193,8 @@ class Tracker:
         self.reclaims.pop(name, None)
         for uid in [u for u, p in self.pods.items() if p.node == name]:
             del self.pods[uid]
+        for uid in [u for u, (p, _) in self.gone.items() if p.node == name]:
+            del self.gone[uid]
         return actions
 
     # --- the provider's Event ---------------------------------------------------------------
@@ -223,9 +229,11 @@ class Tracker:
         if not uid:
             return []
         if kind == "DELETED":
-            self.pods.pop(uid, None)
+            view = self.pods.pop(uid, None)
             if uid in self.displaced:
                 return [self._exited(uid, now)]
+            if view is not None and uid not in self.decided:
+                self.gone[uid] = (view, now)
             self.decided.discard(uid)
             return []
         node = inventory.node_name_of(obj)
@@ -276,10 +284,9 @@ class Tracker:
             return actions
         current = self.displaced.get(uid)
         if current is None:
-            displaced = self._displace(uid, view, reclaim)
-            if displaced is None:
+            if not self._displaced_by(view, reclaim):
                 return actions
-            current = self.displaced[uid] = displaced
+            current = self.displaced[uid] = self._displace(uid, view, reclaim)
         elif not current.deleted and view.deleting_since is not None:
             # The provider's Event came first; the pod's own deletion is its SIGTERM.
             self.displaced[uid] = current = replace(
@@ -289,13 +296,19 @@ class Tracker:
             actions.append(self._exited(uid, now))
         return actions
 
-    def _displace(self, uid: str, view: _Pod, reclaim: Reclaim) -> Displaced | None:
+    @staticmethod
+    def _displaced_by(view: _Pod, reclaim: Reclaim) -> bool:
+        """Being deleted, or there when the provider's reclaim began (it stops every pod)."""
+        if view.deleting_since is not None:
+            return True
+        return reclaim.trigger is Trigger.EVENT and (view.created or 0) <= reclaim.started
+
+    def _displace(self, uid: str, view: _Pod, reclaim: Reclaim, *, went: bool = False) -> Displaced:
         if view.deleting_since is not None:
             sigterm, deleted, grace = view.deleting_since, True, view.grace
-        elif reclaim.trigger is Trigger.EVENT and (view.created or 0) <= reclaim.started:
-            sigterm, deleted, grace = reclaim.started, False, inventory.grace_seconds(view.obj)
         else:
-            return None  # created after the reclaim began, or not (yet) being deleted
+            sigterm, deleted = reclaim.started, went
+            grace = inventory.grace_seconds(view.obj)
         obj = view.obj
         return Displaced(
             uid=uid,
@@ -317,9 +330,18 @@ class Tracker:
         for uid, view in list(self.pods.items()):
             if view.node == reclaim.node:
                 actions += self._consider(uid, view, now)
-        count = sum(d.reclaim == reclaim.key for d in self.displaced.values())
+        late: list[Action] = []
+        for uid, (view, at) in list(self.gone.items()):
+            # Event times are whole seconds: a pod gone within that second counts too.
+            if view.node != reclaim.node or at < reclaim.started - 1:
+                continue
+            del self.gone[uid]
+            # It went while its node was being reclaimed: its SIGTERM was the reclaim's.
+            self.displaced[uid] = self._displace(uid, view, reclaim, went=True)
+            late.append(self._exited(uid, at))
+        count = len(late) + sum(d.reclaim == reclaim.key for d in self.displaced.values())
         seen = ReclaimSeen(reclaim=reclaim, key=reclaim.key, new=True, displaced=count)
-        return [seen, *actions]
+        return [seen, *actions, *late]
 
     # --- outcomes ---------------------------------------------------------------------------
 
@@ -342,6 +364,9 @@ class Tracker:
         for uid, pod in list(self.displaced.items()):
             if now - pod.sigterm > pod.grace + GRACE_SLACK:
                 actions.append(self._decide(uid, Outcome.GRACE_EXPIRED, None, now))
+        for uid, (_, at) in list(self.gone.items()):
+            if now - at > STALE_EVENT_SECONDS:
+                del self.gone[uid]
         for name, reclaim in list(self.reclaims.items()):
             facts = self.nodes.get(name)
             busy = any(d.node == name for d in self.displaced.values())
