@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from tests.cluster.conftest import FakeClock, namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer
@@ -165,7 +165,7 @@ def test_a_standard_node_and_a_missing_one_are_refused(
 # --- the command ---------------------------------------------------------------------------
 
 
-def _run(fake: FakeApiServer, tmp_path: Path, *args: str, stdin: str | None = None) -> object:
+def _run(fake: FakeApiServer, tmp_path: Path, *args: str, stdin: str | None = None) -> Result:
     kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")
     return CliRunner().invoke(main, ["drill", "--kubeconfig", str(kubeconfig), *args], input=stdin)
 
@@ -176,8 +176,8 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
     _node_with_pods(fake, policy)
     fake.reset_requests()
     out = _run(fake, tmp_path, "pre-1", "--dry-run")
-    assert out.exit_code == 0, out.output  # type: ignore[attr-defined]
-    text = out.output  # type: ignore[attr-defined]
+    assert out.exit_code == 0, out.output
+    text = out.output
     assert text.startswith(
         "Plan: reclaim of preemptible node pre-1: cordon it, emit TogetherPreempted, delete 4 "
         "pods with their own grace period, wait up to 300 s\n"
@@ -189,7 +189,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
     assert "  leave (DaemonSet pod)        team/gpu-plugin-x" in text
     assert text.rstrip().endswith("Critical pods on the node: 1 (team/api (serving))")
     assert {r.method for r in fake.requests} == {"GET"}
-    as_json = json.loads(_run(fake, tmp_path, "pre-1", "--dry-run", "-o", "json").output)  # type: ignore[attr-defined]
+    as_json = json.loads(_run(fake, tmp_path, "pre-1", "--dry-run", "-o", "json").output)
     assert as_json["criticalPods"] == ["team/api"]
 
 
@@ -199,8 +199,8 @@ def test_the_drill_asks_first_and_does_nothing_when_told_no(
     _node_with_pods(fake, policy)
     fake.reset_requests()
     out = _run(fake, tmp_path, "pre-1", stdin="n\n")
-    assert out.exit_code == 2  # type: ignore[attr-defined]
-    assert "Cordon pre-1 and delete 4 pods now? [y/N]" in out.output  # type: ignore[attr-defined]
+    assert out.exit_code == 2
+    assert "Cordon pre-1 and delete 4 pods now? [y/N]" in out.output
     assert {r.method for r in fake.requests} == {"GET"}
 
 
@@ -209,8 +209,8 @@ def test_the_command_runs_with_yes_shows_progress_and_exits_1_when_pods_stay(
 ) -> None:
     _node_with_pods(fake, policy)
     out = _run(fake, tmp_path, "pre-1", "--yes", "--wait", "1", "--uncordon")
-    assert out.exit_code == 1, out.output  # type: ignore[attr-defined]
-    text = out.output  # type: ignore[attr-defined]
+    assert out.exit_code == 1, out.output
+    text = out.output
     assert "drill: [" in text
     assert "0 of 4 pods gone" in text
     assert "  team/batch (interruptible): still running at the deadline (grace period 60 s)" in text
@@ -222,5 +222,5 @@ def test_the_command_runs_with_yes_shows_progress_and_exits_1_when_pods_stay(
 def test_the_command_refuses_a_standard_node(fake: FakeApiServer, tmp_path: Path) -> None:
     fake.put(node("std-1", "standard"))
     out = _run(fake, tmp_path, "std-1", "--yes")
-    assert out.exit_code == 2  # type: ignore[attr-defined]
-    assert "error: node std-1 is a standard node" in out.output  # type: ignore[attr-defined]
+    assert out.exit_code == 2
+    assert "error: node std-1 is a standard node" in out.output
