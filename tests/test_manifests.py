@@ -35,12 +35,14 @@ REPO = Path(__file__).resolve().parents[1]
 # and the newest schema the validator ships.
 SCHEMA_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "preemptguard-system"]
+# Kubernetes' own; the default policy adds the GPU operators' kinds (tests/test_workload_kinds.py).
 WORKLOAD_RULES = {
     ("apps", "deployments"),
     ("apps", "statefulsets"),
     ("apps", "replicasets"),
     ("batch", "jobs"),
     ("batch", "cronjobs"),
+    ("", "replicationcontrollers"),
 }
 MUTATE, VALIDATE_PODS, VALIDATE_WORKLOADS = (
     "pods.mutate.preemptguard.together.ai",
@@ -166,11 +168,12 @@ def test_validation_covers_pod_creates_and_workload_templates(
     covered = set()
     for rule in hooks[VALIDATE_WORKLOADS]["rules"]:
         assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
-        assert rule["apiVersions"] == ["v1"]
+        assert rule["apiVersions"] == ["*"]
         # Subresources (status, scale) are not templates and must not wait on the webhook.
         assert all("/" not in r for r in rule["resources"])
         covered |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
-    assert covered == WORKLOAD_RULES
+    assert covered >= WORKLOAD_RULES
+    assert ("apps", "daemonsets") not in covered
     for name in (VALIDATE_PODS, VALIDATE_WORKLOADS):
         assert hooks[name]["clientConfig"]["service"]["path"] == "/validate"
         assert "reinvocationPolicy" not in hooks[name]

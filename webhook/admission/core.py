@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from webhook import engine
 from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
 from webhook.engine.decision import AdmissionOperation, Context, Decision, Obj, Requester
-from webhook.engine.evaluation import namespace_of, untouched
+from webhook.engine.evaluation import kinds_of, namespace_of, untouched
 from webhook.engine.patch import PatchOp, make_patch
 from webhook.engine.policy import Policy
-from webhook.engine.workloads import mapping_at
+from webhook.engine.workloads import api_group, mapping_at
 
 Evaluator = Callable[[Obj, Policy, Context], Decision]
 
@@ -37,13 +37,55 @@ class Subject:
     requester: Requester | None = None
 
     @classmethod
-    def of_manifest(cls, obj: Obj, *, default_namespace: str) -> Subject:
+    def of_manifest(cls, obj: Obj, policy: Policy, *, default_namespace: str) -> Subject:
         """An object as ``kubectl apply`` would send it: created, in its namespace or the
-        default one (cluster-scoped Namespaces in none)."""
-        if obj.get("kind") == "Namespace":
+        default one (cluster-scoped kinds in none)."""
+        if cluster_scoped(obj, policy):
             return cls(obj=obj)
         own = mapping_at(obj, "metadata").get("namespace")
         return cls(obj=obj, namespace=own if isinstance(own, str) and own else default_namespace)
+
+
+# Kubernetes' own cluster-scoped kinds a manifest may hold, by API group and kind.
+CLUSTER_SCOPED = frozenset(
+    {
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+        ("resource.k8s.io", "DeviceClass"),
+        ("resource.k8s.io", "ResourceSlice"),
+        ("cert-manager.io", "ClusterIssuer"),
+    }
+)
+
+
+def cluster_scoped(obj: Obj, policy: Policy) -> bool:
+    """Whether ``obj`` has no namespace: one of Kubernetes' cluster-scoped kinds, or a workload
+    kind the policy lists with ``scope: Cluster``."""
+    kind, group = obj.get("kind"), api_group(obj)
+    if not isinstance(kind, str) or group is None:
+        return False
+    listed = kinds_of(policy).get((group, kind))
+    return (group, kind) in CLUSTER_SCOPED or (listed is not None and listed.cluster_scoped)
 
 
 @dataclass(frozen=True, kw_only=True)

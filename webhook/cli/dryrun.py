@@ -8,7 +8,7 @@ recorded review gives exactly the server's answer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.admission import namespaces
@@ -16,28 +16,28 @@ from webhook.admission.core import Judgement, Subject, judge
 from webhook.admission.hooks import Hook, answers
 from webhook.admission.namespaces import NamespaceLookup
 from webhook.admission.review import REVIEW_KIND, AdmissionReview, parse_review
-from webhook.engine.decision import Decision
+from webhook.engine.decision import Decision, Part
+from webhook.engine.findings import Code, Finding
 from webhook.engine.patch import PatchOp
-from webhook.engine.policy import Policy
+from webhook.engine.policy import Mode, Policy
 from webhook.errors import BadReview
 from webhook.loading.manifests import Document, InputError, Item, Manifests
 
 
 @dataclass(frozen=True, kw_only=True)
 class Result:
-    """The judgement of one object read from a file; for a review, both hooks' answers."""
+    """The judgement of one object read from a file, or of one of its pod templates (a
+    workload with several gets a result for each); for a review, both hooks' answers."""
 
     document: Document
-    judgement: Judgement
+    decision: Decision
+    # The patch of the whole object, or of this template only.
+    patch: list[PatchOp]
     reviews: dict[str, AdmissionReview] = field(default_factory=dict)
-
-    @property
-    def decision(self) -> Decision:
-        return self.judgement.decision
-
-    @property
-    def patch(self) -> list[PatchOp]:
-        return self.judgement.patch
+    template: str | None = None
+    role: str = ""
+    # Whether this is the first (or only) result of its object: counts count objects once.
+    first: bool = True
 
     def as_json(self) -> dict[str, Any]:
         d = self.decision
@@ -47,12 +47,15 @@ class Result:
             "kind": d.kind,
             "namespace": d.namespace,
             "name": d.name,
+            "template": self.template,
+            "role": self.role or None,
             "class": d.workload_class,
             "source": d.classification.source,
             "sourceDetail": d.classification.detail,
             "allowed": d.allowed,
             "refused": d.enforce_refuses,
-            "skipped": d.skipped,
+            "skipped": d.skip is not None,
+            "skipReason": d.skipped,
             "reasons": list(d.violations),
             "warnings": list(d.warnings),
             "changes": [{"field": c.path, "reason": c.message} for c in d.changes],
@@ -62,6 +65,57 @@ class Result:
         if self.reviews:
             doc["reviews"] = self.reviews
         return doc
+
+
+def results_of(document: Document, judged: Judgement, policy: Policy) -> list[Result]:
+    """One result for the object; for a workload with several pod templates, one for each,
+    with its own verdict and the part of the patch that is its."""
+    d = judged.decision
+    if len(d.parts) <= 1:
+        template, role = (d.parts[0].path, d.parts[0].role) if d.parts else (None, "")
+        return [
+            Result(document=document, decision=d, patch=judged.patch, template=template, role=role)
+        ]
+    # The object's own warnings (an annotation out of reach, the namespace's) go with the
+    # first template's result; each template's, and what its pods will get, with its own.
+    in_parts = {f for p in d.parts for f in (*p.refusals, *p.notes)}
+    shared = tuple(f for f in d.notes if f not in in_parts and f.code is not Code.TEMPLATE_SUMMARY)
+    results = []
+    for i, part in enumerate(d.parts):
+        own = tuple(f for f in d.notes if f.code is Code.TEMPLATE_SUMMARY and f.path == part.path)
+        view = replace(
+            d,
+            classification=part.classification,
+            allowed=not part.refusals or policy.mode is Mode.WARN,
+            refusals=part.refusals,
+            notes=(*(shared if i == 0 else ()), *part.notes, *own, *_warned(part, policy)),
+            changes=part.changes,
+            parts=(),
+        )
+        prefix = part.pointer + "/"
+        patch = [op for op in judged.patch if op["path"].startswith(prefix)]
+        results.append(
+            Result(
+                document=document,
+                decision=view,
+                patch=patch,
+                template=part.path,
+                role=part.role,
+                first=i == 0,
+            )
+        )
+    return results
+
+
+def _warned(part: Part, policy: Policy) -> tuple[Finding, ...]:
+    if policy.mode is not Mode.WARN:
+        return ()
+    return tuple(
+        f._replace(
+            code=Code.WOULD_BE_REFUSED, message=f"would be refused in enforce mode: {f.message}"
+        )
+        for f in part.refusals
+    )
 
 
 def _findings(d: Decision) -> list[tuple[str, Any]]:
@@ -99,7 +153,7 @@ def judge_each(
             yield item
             continue
         try:
-            yield _result(item, policy, lookup, default_namespace)
+            yield from _result(item, policy, lookup, default_namespace)
         except BadReview as exc:
             yield InputError(source=item.source, line=item.line, message=f"{REVIEW_KIND}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported with the object, never a traceback
@@ -109,13 +163,13 @@ def judge_each(
 
 def _result(
     doc: Document, policy: Policy, lookup: NamespaceLookup, default_namespace: str
-) -> Result:
+) -> list[Result]:
     if doc.obj.get("kind") != REVIEW_KIND:
-        subject = Subject.of_manifest(doc.obj, default_namespace=default_namespace)
-        return Result(document=doc, judgement=judge(subject, policy, lookup))
+        subject = Subject.of_manifest(doc.obj, policy, default_namespace=default_namespace)
+        return results_of(doc, judge(subject, policy, lookup), policy)
     request = parse_review(doc.obj)
     judged, found = answers(request, policy, lookup)
     if judged is None:
         raise BadReview(f"request {request.uid} carries no object to show ({request.operation})")
     reviews = {hook.value: found[hook].review for hook in Hook}
-    return Result(document=doc, judgement=judged, reviews=reviews)
+    return [Result(document=doc, decision=judged.decision, patch=judged.patch, reviews=reviews)]

@@ -25,6 +25,8 @@ class Tally:
     """The counts a run ends with: the summary and the exit status."""
 
     objects: int = 0
+    # Workloads with several pod templates get a result for each; the rest one each.
+    results: int = 0
     allowed: int = 0
     refused: int = 0
     would_be_refused: int = 0
@@ -34,7 +36,8 @@ class Tally:
 
     def count(self, r: Result) -> None:
         d = r.decision
-        self.objects += 1
+        self.objects += r.first
+        self.results += 1
         self.allowed += d.allowed
         self.refused += not d.allowed
         self.would_be_refused += d.enforce_refuses and d.allowed
@@ -44,6 +47,7 @@ class Tally:
     def as_json(self) -> dict[str, int]:
         return {
             "objects": self.objects,
+            "results": self.results,
             "allowed": self.allowed,
             "refused": self.refused,
             "wouldBeRefused": self.would_be_refused,
@@ -165,7 +169,9 @@ def _class_origin(r: Result) -> str:
 def _title(r: Result) -> str:
     d = r.decision
     where = f"{d.namespace}/" if d.namespace else ""
-    return f"{d.kind} {where}{d.name or '<unnamed>'}"
+    template = f" {r.template}" if r.template and r.template != "spec.template" else ""
+    role = f" ({r.role})" if r.role else ""
+    return f"{d.kind} {where}{d.name or '<unnamed>'}{template}{role}"
 
 
 def _headline(r: Result) -> str:
@@ -198,7 +204,13 @@ def _op(op: dict[str, Any]) -> str:
 
 def _summary_line(s: dict[str, int]) -> str:
     return (
-        f"{s['objects']} objects: {s['allowed']} allowed ({s['changed']} with changes), "
+        f"{s['objects']} object{'' if s['objects'] == 1 else 's'}"
+        + (
+            f" ({s['results']} results, one per pod template)"
+            if s["results"] != s["objects"]
+            else ""
+        )
+        + f": {s['allowed']} allowed ({s['changed']} with changes), "
         f"{s['refused']} refused, {s['skipped']} untouched"
         + (
             f", {s['wouldBeRefused']} would be refused in enforce mode"

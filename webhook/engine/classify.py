@@ -23,6 +23,10 @@ class PodFacts:
     namespace: str | None
     owner_kind: str | None
     namespace_annotations: Mapping[str, str]
+    # A workload's pod template: its role, and the class its kind gives it when nothing else
+    # classifies it.
+    role: str = ""
+    default_class: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +37,8 @@ class Verdict:
 
 
 def classify(facts: PodFacts, policy: Policy) -> Verdict:
-    """The class of a pod: annotation, rules, namespace default, then the policy default."""
+    """The class of a pod: its annotation (or, without one, its template's default), rules and
+    the namespace default, the strictest winning; then the policy default."""
     candidates, refusals = _candidates(facts, policy)
     if not candidates:
         if policy.default_class is not None:
@@ -75,6 +80,13 @@ def _candidates(
             found.append(
                 Classification(name=rule.workload_class, source=source, detail=_rule_detail(rule))
             )
+    if annotated is None and facts.default_class is not None:
+        # The kind's default for this template, unless the pod says otherwise: a
+        # LeaderWorkerSet serves users unless its template is annotated interruptible.
+        detail = f"the default of {facts.role or 'the'} templates of its kind"
+        found.append(
+            Classification(name=facts.default_class, source="template default", detail=detail)
+        )
     ns_default = facts.namespace_annotations.get(NAMESPACE_DEFAULT_ANNOTATION)
     if ns_default is not None:
         namespace = shorten(facts.namespace or "")
@@ -108,6 +120,8 @@ def rule_matches(rule: Rule, facts: PodFacts) -> bool:
     for requirement in match.match_expressions:
         if not requirement.matches(labels):
             return False
+    if match.template_roles and facts.role not in match.template_roles:
+        return False
     return not match.owner_kinds or facts.owner_kind in match.owner_kinds
 
 
@@ -119,6 +133,8 @@ def _rule_detail(rule: Rule) -> str:
     parts += [f"label {r.key} {r.operator} {list(r.values)}" for r in rule.match.match_expressions]
     if rule.match.owner_kinds:
         parts.append("owned by " + ", ".join(rule.match.owner_kinds))
+    if rule.match.template_roles:
+        parts.append("template role " + ", ".join(rule.match.template_roles))
     return "; ".join(parts)
 
 

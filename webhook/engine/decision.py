@@ -46,6 +46,23 @@ class Classification:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Part:
+    """The judgement of one pod template of a workload, at ``path`` in the object.
+
+    Paths in its findings are the object's (they start with ``path``).
+    """
+
+    path: str
+    # The same place as a JSON pointer, as patches name it: /spec/workerGroupSpecs/0/template.
+    pointer: str
+    role: str
+    classification: Classification
+    refusals: tuple[Finding, ...] = ()
+    notes: tuple[Finding, ...] = ()
+    changes: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """The engine's answer for one object.
 
@@ -66,6 +83,8 @@ class Decision:
     notes: tuple[Finding, ...] = ()
     changes: tuple[Finding, ...] = ()
     skip: Finding | None = None
+    # One per pod template of a workload (empty for a pod, and for what is left alone).
+    parts: tuple[Part, ...] = ()
 
     @property
     def workload_class(self) -> str | None:

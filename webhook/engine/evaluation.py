@@ -1,68 +1,68 @@
-"""The placement engine: one object and its context in, one Decision out. Pure: no I/O."""
+"""The placement engine: one object and its context in, one Decision out. Pure: no I/O.
+
+A pod is judged as itself. A workload (any kind the policy lists, by API group and kind) is
+judged template by template: each of its pod templates is classified and checked on its own,
+and placed on one copy of the object, which the patch is then computed against.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
+import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.engine import hints
-from webhook.engine.classify import WORKLOAD_ANNOTATION, PodFacts, classify
-from webhook.engine.constraints import NodeConstraints
-from webhook.engine.decision import Classification, Context, Decision, Obj
+from webhook.engine.classify import WORKLOAD_ANNOTATION
+from webhook.engine.decision import Classification, Context, Decision, Obj, Part
 from webhook.engine.findings import Code, Finding, finding, shorten
-from webhook.engine.grace import GraceBudget, grace_budget
 from webhook.engine.jsoncompare import same_json
-from webhook.engine.placement import PREFERRED, REQUIRED, Placed, check, place
-from webhook.engine.podshape import shape_problem
-from webhook.engine.policy import Mode, Policy, WorkloadClass
+from webhook.engine.patch import pointer
+from webhook.engine.policy import EVERY_ITEM, EVERY_VALUE, Mode, Policy, WorkloadKind
+from webhook.engine.templates import (
+    PLACEMENT_ANNOTATION,
+    Judged,
+    Placement,
+    copy_for_placement,
+    facts_of,
+    judge_template,
+    place_template,
+    template_at,
+)
 from webhook.engine.trust import exemption
 from webhook.engine.workloads import (
-    WorkloadKind,
+    BUILTIN_KINDS,
+    Kinds,
+    Template,
+    api_group,
     controller_kind,
     display_name,
     find_pod_templates,
+    is_pod,
     mapping_at,
-    template_of,
+    templates_of,
     workload_kind,
 )
 
-PLACEMENT_ANNOTATION = "together.ai/placement"
+__all__ = ["PLACEMENT_ANNOTATION", "evaluate", "kinds_of", "namespace_of", "untouched"]
 
 
 def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     """Classify ``obj``, apply its class's placement to a copy, and say whether it is allowed."""
     base = _Base(obj, namespace_of(obj, ctx))
-    kind = workload_kind(obj)
-    skip = _untouched(obj, kind, base.namespace, policy, ctx)
-    if skip is not None or kind is None:
-        return base.skipped(skip or _not_a_workload(obj))
-    notes: list[Finding] = []
-    if kind.is_pod:
-        exempt = exemption(obj, ctx, policy.trusted)
-        if exempt.skip is not None:
-            return base.skipped(exempt.skip)
-        notes += exempt.notes
-    template = template_of(obj, kind)
-    if template is None or not isinstance(template.get("spec"), dict):
-        where = ".".join((*kind.template_path, "spec"))
-        message = f"{kind.kind} has no {where} mapping: it cannot be placed; add it"
-        return base.invalid(policy, finding(Code.NO_POD_SPEC, message, where))
-    problem = shape_problem(template, kind.template_path)
-    if problem is not None:
-        return base.invalid(policy, problem)
-    facts = _facts(obj, template, kind, base.namespace, ctx)
-    verdict = classify(facts, policy)
-    notes += [*_hints(obj, template, kind, ctx), *verdict.notes]
-    if verdict.classification.name is None or verdict.refusals:
-        return base.finish(policy, verdict.classification, verdict.refusals, notes)
-    wclass = policy.classes[verdict.classification.name]
-    budget = grace_budget(facts.annotations, policy)
-    checked = check(template["spec"], wclass, policy, budget)
-    if checked.refusals:
-        return base.finish(policy, verdict.classification, checked.refusals, notes)
-    mutated = copy_for_placement(obj, kind)
-    placed = _place(mutated, kind, checked.node, wclass, budget, policy)
-    return base.finish(policy, verdict.classification, (), [*notes, *placed.notes], placed, mutated)
+    skip = untouched(obj, policy, ctx)
+    if skip is not None:
+        return base.skipped(skip)
+    if is_pod(obj):
+        return _pod(obj, policy, ctx, base)
+    kind = workload_kind(obj, kinds_of(policy))
+    assert kind is not None  # untouched() skips what is neither a pod nor a listed kind
+    return _workload(obj, kind, policy, ctx, base)
+
+
+def kinds_of(policy: Policy) -> Mapping[tuple[str, str], WorkloadKind]:
+    """The workload kinds of ``policy``: those it lists, or the built-in ones."""
+    return policy.workload_kinds or BUILTIN_KINDS
 
 
 def namespace_of(obj: Obj, ctx: Context) -> str | None:
@@ -78,26 +78,24 @@ def untouched(obj: Obj, policy: Policy, ctx: Context) -> Finding | None:
     looks up the namespace. Who sent a DaemonSet or mirror pod is judged later, in
     ``trust.exemption``.
     """
-    return _untouched(obj, workload_kind(obj), namespace_of(obj, ctx), policy, ctx)
-
-
-def _untouched(
-    obj: Obj, kind: WorkloadKind | None, namespace: str | None, policy: Policy, ctx: Context
-) -> Finding | None:
-    if kind is None:
+    pod = is_pod(obj)
+    kind = None if pod else workload_kind(obj, kinds_of(policy))
+    if not pod and kind is None:
         return _not_a_workload(obj)
+    namespace = namespace_of(obj, ctx)
     if namespace in policy.excluded_namespaces:
         message = f"namespace {shorten(namespace or '')} is excluded by the policy"
         return finding(Code.EXCLUDED_NAMESPACE, message)
-    if kind.kind == "DaemonSet":
-        return finding(Code.DAEMONSET, "DaemonSets run one pod on every node, of both classes")
+    if kind is not None and kind.ignore is not None:
+        code = Code.DAEMONSET if kind.kind == "DaemonSet" else Code.IGNORED_KIND
+        return finding(code, kind.ignore)
     if ctx.operation not in ("CREATE", "UPDATE"):
         return finding(Code.OPERATION_NOT_CHECKED, f"{ctx.operation} is not checked")
-    if kind.is_pod and ctx.operation == "UPDATE":
+    if pod and ctx.operation == "UPDATE":
         message = "pods are placed when created; the API server forbids changing placement later"
         return finding(Code.POD_UPDATE, message)
-    if not kind.is_pod and ctx.operation == "UPDATE":
-        return _workload_update_skip(obj, kind, ctx)
+    if kind is not None and ctx.operation == "UPDATE":
+        return _workload_update_skip(obj, kind, kinds_of(policy), ctx)
     return None
 
 
@@ -108,157 +106,174 @@ def _not_a_workload(obj: Obj) -> Finding:
     if not templates:
         return finding(Code.NOT_A_WORKLOAD, f"kind {kind!r} holds no pods")
     where = ", ".join(templates)
+    group = api_group(obj) or ""
+    # Concrete indexes become [*]: the entry must find every item's template.
+    general = dict.fromkeys(re.sub(r"\[\d+\]", EVERY_ITEM, p) for p in templates)
+    paths = ", ".join(f"{{path: {p}}}" for p in general)
+    entry = f"{{group: {json.dumps(group)}, kind: {kind}, templates: [{paths}]}}"
     message = (
-        f"kind {kind!r} is not checked at apply time, but it carries pod templates "
-        f"({shorten(where, 200)}): its pods are checked by the webhook when they are created"
+        f"kind {kind!r} ({shorten(str(obj.get('apiVersion')))}) is not checked at apply time, "
+        f"but it carries pod templates ({shorten(where, 200)}): its pods are checked by the "
+        "webhook when they are created; to check it at apply time, list it under "
+        f"spec.workloadKinds in the policy: {shorten(entry, 300)}"
     )
     return finding(Code.UNCHECKED_KIND, message)
 
 
-def _workload_update_skip(obj: Obj, kind: WorkloadKind, ctx: Context) -> Finding | None:
+def _workload_update_skip(
+    obj: Obj, kind: WorkloadKind, kinds: Kinds, ctx: Context
+) -> Finding | None:
     # Controllers and the garbage collector update workloads all the time (replicas, status,
     # finalizers); refusing those would leave a workload admitted earlier stuck.
     if mapping_at(obj, "metadata").get("deletionTimestamp"):
         return finding(Code.BEING_DELETED, "the object is being deleted")
-    if ctx.old_object is not None and same_json(
-        template_of(obj, kind), template_of(ctx.old_object, kind)
-    ):
+    if ctx.old_object is not None and _same_templates(obj, ctx.old_object, kind, kinds):
         return finding(Code.TEMPLATE_UNCHANGED, "the pod template did not change")
     return None
 
 
-# The containers placement writes into: a mapping lists the keys to descend into, a one-item
-# list the shape of every item, an empty list or mapping a container copied on its own.
-_WRITTEN: dict[str, Any] = {
-    "metadata": {"annotations": {}},
-    "spec": {
-        "affinity": {
-            "nodeAffinity": {
-                REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": []}]},
-                PREFERRED: [],
-            }
-        },
-        "tolerations": [],
-    },
-}
-
-
-def copy_for_placement(obj: Obj, kind: WorkloadKind) -> Obj:
-    """A copy of ``obj`` whose pod template can be changed without touching ``obj``.
-
-    Only the containers placement writes into are copied, each shallowly; everything else
-    (managedFields, containers, every expression and toleration) is shared with the original.
-    So the copy costs what those containers hold, never the depth of the object, and the
-    patch that follows finds the changes by identity.
-    """
-    mutated = dict(obj)
-    node = mutated
-    for part in kind.template_path:
-        node[part] = dict(node[part])
-        node = node[part]
-    for key, shape in _WRITTEN.items():
-        if key in node:
-            node[key] = _copied(node[key], shape)
-    return mutated
-
-
-def _copied(value: Any, shape: Any) -> Any:
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return value
-        out = dict(value)
-        for key, inner in shape.items():
-            if key in out:
-                out[key] = _copied(out[key], inner)
-        return out
-    if not isinstance(value, list):
-        return value
-    return [_copied(v, shape[0]) for v in value] if shape else list(value)
-
-
-def _facts(
-    obj: Obj, template: Obj, kind: WorkloadKind, namespace: str | None, ctx: Context
-) -> PodFacts:
-    # The shape check has made sure both hold strings.
-    meta = mapping_at(template, "metadata")
-    return PodFacts(
-        annotations=mapping_at(meta, "annotations"),
-        labels=mapping_at(meta, "labels"),
-        namespace=namespace,
-        owner_kind=kind.pod_owner_kind if not kind.is_pod else controller_kind(obj),
-        namespace_annotations=ctx.namespace_annotations,
+def _same_templates(obj: Obj, old: Obj, kind: WorkloadKind, kinds: Kinds) -> bool:
+    now, _ = templates_of(obj, kind, kinds)
+    before, _ = templates_of(old, kind, kinds)
+    return [t.parts for t in now] == [t.parts for t in before] and all(
+        same_json(a.template, b.template) for a, b in zip(now, before, strict=True)
     )
 
 
-def _hints(obj: Obj, template: Obj, kind: WorkloadKind, ctx: Context) -> list[Finding]:
-    """Warnings for annotations that are misspelt, written as labels, or out of reach."""
-    meta = mapping_at(template, "metadata")
-    where = "the pod" if kind.is_pod else "the pod template"
-    return [
-        *_misplaced_annotations(obj, kind),
-        *hints.pod_annotation_hints(mapping_at(meta, "annotations"), where),
-        *hints.pod_label_hints(mapping_at(meta, "labels"), where),
-        *hints.namespace_hints(ctx.namespace, ctx.namespace_annotations, ctx.namespace_labels),
-    ]
+def _pod(pod: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
+    exempt = exemption(pod, ctx, policy.trusted)
+    if exempt.skip is not None:
+        return base.skipped(exempt.skip)
+    if not isinstance(pod.get("spec"), dict):
+        message = "Pod has no spec mapping: it cannot be placed; add it"
+        return base.invalid(policy, finding(Code.NO_POD_SPEC, message, "spec"))
+    facts = facts_of(pod, ctx, base.namespace, owner_kind=controller_kind(pod))
+    judged = judge_template(pod, facts, policy, where="the pod", location="")
+    notes = [*exempt.notes, *_namespace_hints(ctx), *judged.notes]
+    if judged.plan is None:
+        return base.finish(policy, judged.classification, judged.refusals, notes)
+    mutated = copy_for_placement(pod, [()])
+    placed = place_template(mutated, judged.plan, policy)
+    return base.finish(
+        policy,
+        judged.classification,
+        (),
+        [*notes, *placed.notes],
+        changes=placed.changes,
+        mutated=mutated,
+    )
 
 
-def _misplaced_annotations(obj: Obj, kind: WorkloadKind) -> list[Finding]:
-    """The class annotation on metadata between a workload and its pod template (the
-    workload's own, a CronJob's job template): its pods never see it."""
-    target = ".".join((*kind.template_path, "metadata", "annotations"))
+def _workload(obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, base: _Base) -> Decision:
+    found, missing = templates_of(obj, kind, kinds_of(policy))
+    lacking = missing[0] if missing else _without_spec(found)
+    if lacking is not None:
+        where = f"{lacking}.spec"
+        message = f"{kind.kind} has no {where} mapping: it cannot be placed; add it"
+        return base.invalid(policy, finding(Code.NO_POD_SPEC, message, where))
+    several = len(kind.templates) > 1 or any(
+        EVERY_ITEM in s.path or EVERY_VALUE in s.path for s in kind.templates
+    )
+    judged = [(t, _judge(t, kind, policy, ctx, base.namespace)) for t in found]
+    placeable = (
+        []
+        if _refused(judged)
+        else [t for t, j in judged if j.plan is not None and not t.spec.partial]
+    )
+    mutated = copy_for_placement(obj, [t.parts for t in placeable]) if placeable else obj
+    parts = []
+    for t, j in judged:
+        placed = None
+        if t in placeable:
+            assert j.plan is not None
+            placed = place_template(template_at(mutated, t.parts), j.plan, policy)
+        parts.append(_part(t, j, placed, labelled=several))
+    notes = _misplaced_annotations(obj, kind, ctx)
+    return base.finish_parts(policy, kind, tuple(parts), mutated, notes, several=several)
+
+
+def _without_spec(found: list[Template]) -> str | None:
+    for t in found:
+        if not t.spec.partial and not isinstance(t.template.get("spec"), dict):
+            return t.where
+    return None
+
+
+def _refused(judged: list[tuple[Template, Judged]]) -> bool:
+    # One template refused refuses the object: nothing is placed then.
+    return any(j.refusals for _, j in judged)
+
+
+def _judge(
+    t: Template, kind: WorkloadKind, policy: Policy, ctx: Context, namespace: str | None
+) -> Judged:
+    facts = facts_of(
+        t.template,
+        ctx,
+        namespace,
+        owner_kind=t.owner_kind,
+        role=t.spec.role,
+        default_class=t.spec.default_class,
+    )
+    return judge_template(t.template, facts, policy, where="the pod template", location=t.where)
+
+
+def _part(t: Template, judged: Judged, placed: Placement | None, *, labelled: bool) -> Part:
+    """The template's findings with the object's paths; their messages name the template
+    when the kind has several."""
+
+    def rooted(f: Finding) -> Finding:
+        path = f"{t.where}.{f.path}" if f.path else t.where
+        message = f"{t.where}: {f.message}" if labelled else f.message
+        return f._replace(path=path, message=message)
+
+    changes = (
+        tuple(c._replace(path=f"{t.where}.{c.path}") for c in placed.changes) if placed else ()
+    )
+    notes = (*judged.notes, *(placed.notes if placed else ()))
+    return Part(
+        path=t.where,
+        pointer=pointer(t.parts),
+        role=t.spec.role,
+        classification=judged.classification,
+        refusals=tuple(rooted(f) for f in judged.refusals),
+        notes=tuple(rooted(f) for f in notes),
+        changes=changes,
+    )
+
+
+def _namespace_hints(ctx: Context) -> list[Finding]:
+    return hints.namespace_hints(ctx.namespace, ctx.namespace_annotations, ctx.namespace_labels)
+
+
+def _misplaced_annotations(obj: Obj, kind: WorkloadKind, ctx: Context) -> list[Finding]:
+    """The class annotation on metadata between a workload and its pod templates (the
+    workload's own, a CronJob's job template): its pods never see it. And the hints about the
+    namespace, once for the object."""
     found: list[Finding] = []
-    node: Any = obj
-    path: list[str] = []
-    for part in kind.template_path:
-        if WORKLOAD_ANNOTATION in mapping_at(node, "metadata", "annotations"):
+    seen: set[str] = set()
+    for spec in kind.templates:
+        node: Any = obj
+        path: list[str] = []
+        target = ".".join((*spec.path, "metadata", "annotations"))
+        for part in spec.path:
             here = ".".join([*path, "metadata"]) if path else f"the {kind.kind}'s own metadata"
-            message = (
-                f"{WORKLOAD_ANNOTATION} on {here} does not reach its pods and is ignored: "
-                f"put it in {target}"
-            )
-            where = ".".join([*path, "metadata", "annotations", WORKLOAD_ANNOTATION])
-            found.append(finding(Code.ANNOTATION_OUT_OF_REACH, message, where))
-        node = node.get(part) if isinstance(node, dict) else None
-        path.append(part)
-    return found
+            if here not in seen and WORKLOAD_ANNOTATION in mapping_at(
+                node, "metadata", "annotations"
+            ):
+                seen.add(here)
+                message = (
+                    f"{WORKLOAD_ANNOTATION} on {here} does not reach its pods and is ignored: "
+                    f"put it in {target}"
+                )
+                where = ".".join([*path, "metadata", "annotations", WORKLOAD_ANNOTATION])
+                found.append(finding(Code.ANNOTATION_OUT_OF_REACH, message, where))
+            node = node.get(part) if isinstance(node, dict) else None
+            path.append(part)
+    return [*found, *_namespace_hints(ctx)]
 
 
-def _place(
-    mutated: Obj,
-    kind: WorkloadKind,
-    node: NodeConstraints,
-    wclass: WorkloadClass,
-    budget: GraceBudget,
-    policy: Policy,
-) -> Placed:
-    template = template_of(mutated, kind)
-    assert template is not None  # checked on the original, and the copy is equal
-    placed = place(template, node, wclass, policy, budget)
-    changes = (*placed.changes, *_record(template, wclass.name))
-    prefix = ".".join(kind.template_path)
-    if prefix:
-        changes = tuple(c._replace(path=f"{prefix}.{c.path}") for c in changes)
-    return Placed(changes=changes, notes=placed.notes)
-
-
-def _record(template: Obj, class_name: str) -> tuple[Finding, ...]:
-    """Write the deterministic decision record, so reinvocation sees its own output unchanged."""
-    meta = template.get("metadata")
-    if not isinstance(meta, dict):
-        meta = template["metadata"] = {}
-    annotations = meta.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = meta["annotations"] = {}
-    if annotations.get(PLACEMENT_ANNOTATION) == class_name:
-        return ()
-    annotations[PLACEMENT_ANNOTATION] = class_name
-    return (_recorded(class_name),)
-
-
-@lru_cache(maxsize=256)
-def _recorded(class_name: str) -> Finding:
-    path = f"metadata.annotations.{PLACEMENT_ANNOTATION}"
-    return finding(Code.PLACEMENT_RECORDED, f"records the class {class_name}", path)
+_UNLISTED = "its kind carries pod templates but is not listed in the policy's workloadKinds"
 
 
 class _Base:
@@ -273,6 +288,10 @@ class _Base:
         self.name = display_name(obj)
 
     def skipped(self, skip: Finding) -> Decision:
+        notes: tuple[Finding, ...] = ()
+        if skip.code is Code.UNCHECKED_KIND:
+            # Pod templates nobody checks at apply time: a warning, with the entry to add.
+            notes, skip = (skip,), skip._replace(message=_UNLISTED)
         return Decision(
             kind=self.kind,
             namespace=self.namespace,
@@ -281,6 +300,7 @@ class _Base:
             allowed=True,
             mutated=self.obj,
             skip=skip,
+            notes=notes,
         )
 
     def invalid(self, policy: Policy, refusal: Finding) -> Decision:
@@ -293,14 +313,13 @@ class _Base:
         classification: Classification,
         refusals: tuple[Finding, ...],
         notes: list[Finding],
-        placed: Placed | None = None,
+        *,
+        changes: tuple[Finding, ...] = (),
         mutated: Obj | None = None,
+        parts: tuple[Part, ...] = (),
     ) -> Decision:
-        changes = placed.changes if placed is not None else ()
         if refusals and policy.mode is Mode.WARN:
             notes = [*notes, *(_would_be_refused(r) for r in refusals)]
-        if changes and self.kind != "Pod":
-            notes = [*notes, _template_summary(self.kind, changes)]
         return Decision(
             kind=self.kind,
             namespace=self.namespace,
@@ -311,7 +330,42 @@ class _Base:
             refusals=refusals,
             notes=tuple(notes),
             changes=changes,
+            parts=parts,
         )
+
+    def finish_parts(
+        self,
+        policy: Policy,
+        kind: WorkloadKind,
+        parts: tuple[Part, ...],
+        mutated: Obj,
+        notes: list[Finding],
+        *,
+        several: bool,
+    ) -> Decision:
+        refusals = tuple(f for p in parts for f in p.refusals)
+        changes = tuple(c for p in parts for c in p.changes)
+        notes = [*notes, *(f for p in parts for f in p.notes)]
+        notes += [_template_summary(kind.kind, p, several) for p in parts if p.changes]
+        return self.finish(
+            policy,
+            _strictest(parts, policy),
+            refusals,
+            notes,
+            changes=changes,
+            mutated=mutated,
+            parts=parts,
+        )
+
+
+def _strictest(parts: tuple[Part, ...], policy: Policy) -> Classification:
+    """The object's class, for what shows one class per object: its strictest template's."""
+    classified = [p.classification for p in parts if p.classification.name in policy.classes]
+    if not classified:
+        return (
+            parts[0].classification if parts else Classification(name=None, source="unclassified")
+        )
+    return max(classified, key=lambda c: policy.classes[c.name or ""].placement.strictness)
 
 
 def _would_be_refused(refusal: Finding) -> Finding:
@@ -319,6 +373,7 @@ def _would_be_refused(refusal: Finding) -> Finding:
     return finding(Code.WOULD_BE_REFUSED, message, refusal.path)
 
 
-def _template_summary(kind: str, changes: tuple[Finding, ...]) -> Finding:
-    what = "; ".join(c.summary or c.message for c in changes)
-    return finding(Code.TEMPLATE_SUMMARY, f"pods of this {kind} will get: {what}")
+def _template_summary(kind: str, part: Part, several: bool) -> Finding:
+    what = "; ".join(c.summary or c.message for c in part.changes)
+    whose = f"pods of {part.path}" if several else f"pods of this {kind}"
+    return finding(Code.TEMPLATE_SUMMARY, f"{whose} will get: {what}", part.path)

@@ -52,6 +52,7 @@ class Code(enum.StrEnum):
     UNCHECKED_KIND = "unchecked-kind"
     EXCLUDED_NAMESPACE = "excluded-namespace"
     DAEMONSET = "daemonset"
+    IGNORED_KIND = "ignored-kind"
     MIRROR_POD = "mirror-pod"
     OPERATION_NOT_CHECKED = "operation-not-checked"
     POD_UPDATE = "pod-update"

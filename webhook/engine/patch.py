@@ -34,7 +34,7 @@ def make_patch(original: Obj, mutated: Obj) -> list[PatchOp]:
             pending = _list_ops(before, after, parts, ops)
         else:
             if before != after or type(before) is not type(after):
-                ops.append({"op": "replace", "path": _pointer(parts), "value": after})
+                ops.append({"op": "replace", "path": pointer(parts), "value": after})
             continue
         # Reversed, so that children come off the stack in document order.
         stack.extend(reversed(pending))
@@ -50,12 +50,12 @@ def _dict_ops(
     pending: Pending = []
     for key, old in before.items():
         if key not in after:
-            ops.append({"op": "remove", "path": _pointer((*parts, key))})
+            ops.append({"op": "remove", "path": pointer((*parts, key))})
         elif after[key] is not old:
             pending.append((old, after[key], (*parts, key)))
     for key, new in after.items():
         if key not in before:
-            ops.append({"op": "add", "path": _pointer((*parts, key)), "value": new})
+            ops.append({"op": "add", "path": pointer((*parts, key)), "value": new})
     return pending
 
 
@@ -69,15 +69,15 @@ def _list_ops(
             pending.append((before[i], after[i], (*parts, str(i))))
     # Removed from the end backwards, so that each index is still valid when applied.
     for i in range(len(before) - 1, shared - 1, -1):
-        ops.append({"op": "remove", "path": _pointer((*parts, str(i)))})
+        ops.append({"op": "remove", "path": pointer((*parts, str(i)))})
     for i in range(shared, len(after)):
-        ops.append({"op": "add", "path": _pointer((*parts, str(i))), "value": after[i]})
+        ops.append({"op": "add", "path": pointer((*parts, str(i))), "value": after[i]})
     return pending
 
 
-def _pointer(parts: tuple[str, ...]) -> str:
+def pointer(parts: tuple[str | int, ...]) -> str:
     """RFC 6901: ``~`` is written ``~0`` and ``/`` is written ``~1`` in each part."""
-    return "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
 
 
 def apply_patch(original: Obj, ops: list[PatchOp]) -> Obj:

@@ -36,16 +36,21 @@ POD_TEMPLATE: dict[str, Any] = {
 _NAMES = {dict: "a mapping", list: "a list", str: "a string", int: "a whole number"}
 
 
-def shape_problem(template: Obj, prefix: tuple[str, ...] = ()) -> Finding | None:
-    """The first field of a pod (or pod template) whose type the API server would refuse."""
+def shape_problem(template: Obj, prefix: str = "") -> Finding | None:
+    """The first field of a pod (or pod template) whose type the API server would refuse.
+
+    The finding's path is the template's; its message names the field from ``prefix``, where
+    the template is in the object the user wrote.
+    """
     if _VALID(template):
         return None
     failure = _check(template, POD_TEMPLATE)
     if failure is None:
         return None
     parts, expected, value = failure
-    path = _path([*prefix, *reversed(parts)])
-    return finding(Code.WRONG_TYPE, _mismatch(value, expected, path), path)
+    path = _path(list(reversed(parts)))
+    shown = f"{prefix}.{path}" if prefix and path else prefix or path
+    return finding(Code.WRONG_TYPE, _mismatch(value, expected, shown), path)
 
 
 Validator = Callable[[Any], bool]

@@ -84,6 +84,8 @@ class Match:
     match_labels: Mapping[str, str] = field(default_factory=dict)
     match_expressions: tuple[LabelRequirement, ...] = ()
     owner_kinds: tuple[str, ...] = ()
+    # Roles of pod templates (a RayCluster's head, a PyTorchJob's master); a pod has none.
+    template_roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,76 @@ class Rule:
     name: str
     workload_class: str
     match: Match
+
+
+# A path part standing for every item of a list, or every value of a mapping.
+EVERY_ITEM = "[*]"
+EVERY_VALUE = "*"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemplateSpec:
+    """Where one pod template lives in objects of a kind, and what it is.
+
+    ``path`` holds keys, ``EVERY_ITEM`` and ``EVERY_VALUE``. ``role`` names what its pods do
+    (rules can match it); ``default_class`` classifies them when nothing else does.
+    ``optional`` templates may be absent; a missing one that is not is refused.
+    ``embedded`` paths lead to whole objects (an AppWrapper's components) rather than pod
+    templates: a Pod there is a template, any other object's templates are found by its kind.
+    ``partial`` templates are patches merged into a template kept elsewhere (a TrainJob's
+    runtimePatches): checked for what they ask, never given a placement.
+    """
+
+    path: tuple[str, ...]
+    role: str = ""
+    default_class: str | None = None
+    optional: bool = False
+    embedded: bool = False
+    partial: bool = False
+
+    @property
+    def dotted(self) -> str:
+        return dotted(self.path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadKind:
+    """A kind (API group and kind) whose objects hold pod templates.
+
+    ``pod_owner_kind`` is the kind of its pods' controller, as ``ownerKinds`` rules see it;
+    ``ignore`` says why its objects are left alone, if they are. ``resource`` (the plural the
+    API serves it under) and ``cluster_scoped`` are what a webhook rule needs to match it.
+    """
+
+    group: str
+    kind: str
+    templates: tuple[TemplateSpec, ...]
+    pod_owner_kind: str | None = None
+    ignore: str | None = None
+    resource: str = ""
+    cluster_scoped: bool = False
+
+    @property
+    def plural(self) -> str:
+        return self.resource or self.kind.lower() + "s"
+
+    @property
+    def name(self) -> str:
+        """``Kind.group``, as kubectl names resources (just ``Kind`` in the core group)."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+
+def dotted(path: tuple[str | int, ...]) -> str:
+    """A path as users write it: ``spec.workerGroupSpecs[0].template``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == EVERY_ITEM:
+            out += part
+        else:
+            out += f".{part}" if out else part
+    return out
 
 
 @dataclass(frozen=True)
@@ -132,6 +204,9 @@ class Policy:
     excluded_namespaces: tuple[str, ...] = ("kube-system", "kube-node-lease")
     default_class: str | None = None
     trusted: TrustedRequesters = field(default_factory=TrustedRequesters)
+    # By (group, kind); the built-in kinds (webhook.engine.workloads.BUILTIN_KINDS) when a
+    # policy lists none.
+    workload_kinds: Mapping[tuple[str, str], WorkloadKind] = field(default_factory=dict)
 
     def class_names(self) -> str:
         """The valid class names, for messages."""

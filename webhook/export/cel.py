@@ -14,6 +14,7 @@ and ``grace.grace_budget`` for the refusals, with the engine's messages.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable
 
 
@@ -114,17 +115,29 @@ def glob_regex(pattern: str) -> str | None:
             if j >= n:
                 out.append("\\[")
                 continue
-            body = pattern[i:j]
+            out.append(_bracket(pattern[i - 1 : j + 1]))
             i = j + 1
-            negate = body.startswith("!")
-            if negate:
-                body = body[1:]
-            # Never empty: a "]" first in the brackets is a member, as fnmatch reads it.
-            chars = "".join("\\" + c if c in "\\[]^" else c for c in body)
-            out.append(f"[{'^' if negate else ''}{chars}]")
         else:
             out.append(_re2_escape(char))
     return "^(?s:" + "".join(out) + ")$"
+
+
+# RE2 has no (?!): a class no character is in.
+_NOTHING = "[^\\s\\S]"
+
+
+def _bracket(expression: str) -> str:
+    """A ``[...]`` of a glob as fnmatch reads it (reversed ranges dropped, ``!`` negating,
+    a leading ``]`` a member): fnmatch's own translation, which RE2 reads but for (?!)."""
+    translated = fnmatch.translate(expression)
+    inner = translated[len("(?s:") : -len(")\\Z")]
+    if inner == "(?!)":
+        return _NOTHING
+    # A "]" first in a class is a member; escaped, no reader can take it for the end.
+    for start in ("[^]", "[]"):
+        if inner.startswith(start):
+            return start[:-1] + "\\]" + inner[len(start) :]
+    return inner
 
 
 # --- Python's text helpers, as CEL ---------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.engine.evaluation import kinds_of
 from webhook.engine.policy import Mode, Policy
 from webhook.export.cel import bounded
 from webhook.export.mutation import Mutation
@@ -73,7 +74,24 @@ def export(policy: Policy) -> Export:
         _mutating_policy(rules, mutating),
         _binding("MutatingAdmissionPolicyBinding", mutating, policy),
     ]
-    return Export(objects=objects, notes=NOT_EXPRESSED)
+    return Export(objects=objects, notes=NOT_EXPRESSED + _custom_kinds(policy))
+
+
+def _custom_kinds(policy: Policy) -> tuple[str, ...]:
+    """Which listed workload kinds the exported policies leave to the webhook."""
+    builtin = {(group, kind) for kind, (group, _) in TEMPLATE_RESOURCES.items()}
+    custom = [
+        k.name
+        for k in kinds_of(policy).values()
+        if k.ignore is None and (k.group, k.kind) not in builtin
+    ]
+    if not custom:
+        return ()
+    return (
+        f"Templates of {', '.join(custom)} are checked at apply time by the webhook only; "
+        "their pods are checked by the exported policies when they are created. Rules that "
+        "match template roles (templateRoles) apply only there.",
+    )
 
 
 def _meta(name: str) -> dict[str, Any]:

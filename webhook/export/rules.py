@@ -17,7 +17,7 @@ from webhook.engine.constraints import MAX_LABEL_VALUES, MAX_TERMS, REQUIRED
 from webhook.engine.grace import CHECKPOINT_ANNOTATION, GRACE_FIELD
 from webhook.engine.policy import LabelRequirement, Placement, Policy, Rule
 from webhook.engine.trust import DAEMONSET_API_VERSION
-from webhook.engine.workloads import KINDS, MIRROR_ANNOTATION
+from webhook.engine.workloads import BUILTIN_KINDS, MIRROR_ANNOTATION
 from webhook.export.cel import (
     INTEGER_RE,
     WHOLE_SECONDS_RE,
@@ -44,6 +44,7 @@ TEMPLATE_RESOURCES: dict[str, tuple[str, str]] = {
     "ReplicaSet": ("apps", "replicasets"),
     "Job": ("batch", "jobs"),
     "CronJob": ("batch", "cronjobs"),
+    "ReplicationController": ("", "replicationcontrollers"),
 }
 
 
@@ -55,12 +56,12 @@ def classes_except(policy: Policy, placement: Placement) -> str:
 
 def template_of(obj: str) -> str:
     """The pod (template) of ``obj`` (``object`` or ``oldObject``): the Pod itself, or the
-    template at the kind's path (workloads.KINDS)."""
+    template at the kind's path (workloads.BUILTIN_KINDS)."""
     branches = []
-    for kind, wk in KINDS.items():
-        if kind in TEMPLATE_RESOURCES and wk.template_path != ("spec", "template"):
-            path = ".".join(wk.template_path)
-            branches.append((kind, f"{obj}.{path}"))
+    for kind, (group, _) in TEMPLATE_RESOURCES.items():
+        parts = BUILTIN_KINDS[(group, kind)].templates[0].path
+        if parts != ("spec", "template"):
+            branches.append((kind, f"{obj}.{'.'.join(parts)}"))
     out = f"{obj}.spec.template"
     for kind, path in reversed(branches):
         out = f"{obj}.kind == {lit(kind)} ? {path} : {out}"
@@ -153,7 +154,10 @@ class Rules:
         if pods_only:
             owner = pod_owner
         else:
-            owners = {k: KINDS[k].pod_owner_kind or "" for k in TEMPLATE_RESOURCES}
+            owners = {
+                k: BUILTIN_KINDS[(group, k)].pod_owner_kind or ""
+                for k, (group, _) in TEMPLATE_RESOURCES.items()
+            }
             table = "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in owners.items()) + "}"
             owner = f"(object.kind == 'Pod' ? {pod_owner} : {table}[?object.kind].orValue(''))"
         annotated = f"{V}annotated"
@@ -173,7 +177,11 @@ class Rules:
         candidates = concat(
             [
                 when(known_annotation, f"[{annotated}.value()]"),
-                *(when(self._rule(rule), f"[{lit(rule.workload_class)}]") for rule in policy.rules),
+                *(
+                    when(self._rule(rule), f"[{lit(rule.workload_class)}]")
+                    for rule in policy.rules
+                    if not rule.match.template_roles
+                ),
                 when(known_default, f"[{ns_default}.value()]"),
             ]
         )

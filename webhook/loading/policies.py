@@ -20,9 +20,12 @@ from webhook.engine.policy import (
     Policy,
     Rule,
     Taint,
+    TemplateSpec,
     TrustedRequesters,
     WorkloadClass,
+    WorkloadKind,
 )
+from webhook.engine.workloads import parse_path
 from webhook.errors import PolicyError
 
 if TYPE_CHECKING:
@@ -131,6 +134,65 @@ def _build(doc: Located, source: str, *, check_schema: bool = True) -> Policy:
         ),
         default_class=default,
         trusted=_trusted(spec.get("trustedRequesters", {})),
+        workload_kinds=_workload_kinds(doc, source, classes),
+    )
+
+
+def _workload_kinds(
+    doc: Located, source: str, classes: Mapping[str, WorkloadClass]
+) -> dict[tuple[str, str], WorkloadKind]:
+    """``spec.workloadKinds``, checked beyond the schema: paths, classes, repeats."""
+    kinds: dict[tuple[str, str], WorkloadKind] = {}
+    for i, raw in enumerate(doc.value["spec"].get("workloadKinds", [])):
+        at = ("spec", "workloadKinds", i)
+        key = (raw["group"], raw["kind"])
+        if key in kinds or key == ("", "Pod"):
+            why = "Pods are built in" if key == ("", "Pod") else "listed twice"
+            raise PolicyError(source, doc.line_of(at), _dotted(at), f"{raw['kind']}: {why}")
+        if "ignore" not in raw and not raw.get("templates"):
+            message = (
+                "list the paths of its pod templates (templates), or why it is left alone (ignore)"
+            )
+            raise PolicyError(source, doc.line_of(at), _dotted(at), message)
+        templates = tuple(
+            _template(doc, source, classes, (*at, "templates", j), t)
+            for j, t in enumerate(raw.get("templates", []))
+        )
+        kinds[key] = WorkloadKind(
+            group=raw["group"],
+            kind=raw["kind"],
+            templates=templates,
+            pod_owner_kind=raw.get("podOwnerKind"),
+            ignore=raw.get("ignore"),
+            resource=raw.get("resource", ""),
+            cluster_scoped=raw.get("scope", "Namespaced") == "Cluster",
+        )
+    return kinds
+
+
+def _template(
+    doc: Located,
+    source: str,
+    classes: Mapping[str, WorkloadClass],
+    at: tuple[str | int, ...],
+    raw: Mapping[str, Any],
+) -> TemplateSpec:
+    try:
+        path = parse_path(raw["path"])
+    except ValueError as exc:
+        raise PolicyError(
+            source, doc.line_of((*at, "path")), _dotted((*at, "path")), str(exc)
+        ) from None
+    default = raw.get("defaultClass")
+    if default is not None and default not in classes:
+        _unknown_class(doc, source, (*at, "defaultClass"), default, classes)
+    return TemplateSpec(
+        path=path,
+        role=raw.get("role", ""),
+        default_class=default,
+        optional=raw.get("optional", False),
+        embedded=raw.get("embedded", False),
+        partial=raw.get("partial", False),
     )
 
 
@@ -257,6 +319,7 @@ def _match(raw: Mapping[str, Any]) -> Match:
             for e in selector.get("matchExpressions", ())
         ),
         owner_kinds=tuple(raw.get("ownerKinds", ())),
+        template_roles=tuple(raw.get("templateRoles", ())),
     )
 
 
