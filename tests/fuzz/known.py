@@ -54,29 +54,7 @@ def _namespace_default_lost(found: Found) -> bool:
     return "(namespace default)" in as_list and "(namespace default)" not in written
 
 
-KNOWN: tuple[KnownBug, ...] = (
-    KnownBug(
-        "overlong-number-in-groups",
-        "request.userInfo.groups holding an integer of more than 4,300 digits is read as the "
-        "text '<not read: a number of more than 4300 digits>' and passes as a group name: "
-        "_texts in webhook/admission/review.py does not refuse the reader's placeholders as "
-        "_text does, so the body is answered HTTP 200 instead of 400",
-        _malformed_answered("groups holds a number of more than 4300 digits"),
-        ("mutate--userinfo-group-is-an-overlong-number.json",),
-    ),
-    KnownBug(
-        "namespace-read-ahead-misses-flow-style",
-        "check reads Namespace objects ahead of the stream only from YAML documents in which "
-        "a line starts with 'kind: Namespace' (webhook/loading/manifests.py, _NAMESPACE_KIND); "
-        "a Namespace written as a flow mapping (JSON in a .yaml file, as kubectl -o json "
-        "prints it) is not read ahead, so its together.ai/default-workload is not applied: "
-        "the objects in that namespace are reported 'unclassified: left as written' and "
-        "allowed, where the same files in block style or JSON, and the webhook, place or "
-        "refuse them",
-        _namespace_default_lost,
-        ("cli--namespace-in-flow-style.yaml",),
-    ),
-)
+KNOWN: tuple[KnownBug, ...] = ()
 
 
 def match(found: Found) -> KnownBug | None:

@@ -300,6 +300,10 @@ def _texts(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise BadReview(f"{where}.{key} is not a list of strings")
+    unread = next((v for v in value if v in jsondoc.UNREAD), None)
+    if unread is not None:
+        what = unread[1:-1].removeprefix("not read: ")
+        raise BadReview(f"{where}.{key} holds {what}, not only strings")
     return tuple(value)
 
 

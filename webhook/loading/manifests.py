@@ -153,9 +153,11 @@ def read(inputs: Iterable[Source | InputError]) -> Iterator[Item]:
             yield from _parse_yaml(source.name, text)
 
 
-# A document that declares a Namespace, or a List holding one: worth reading ahead.
-_NAMESPACE_KIND = re.compile(r"""(?m)^[ \t-]*kind:[ \t]*["']?Namespace["']?[ \t]*(?:#.*)?$""")
-_NAMESPACE_KIND_JSON = re.compile(r'"kind"\s*:\s*"Namespace"')
+# A document that may declare a Namespace, or a List holding one: worth reading ahead. Every
+# style (block, flow, JSON) writes the kind as the word itself, unless escapes spell it; a
+# document with neither cannot hold one. Reading ahead one that holds none costs time; missing
+# one would change verdicts.
+_MAY_HOLD_NAMESPACE = re.compile(r"Namespace|\\")
 _DOCUMENT_START = re.compile(r"(?m)^---")
 
 
@@ -169,9 +171,9 @@ def namespace_objects(inputs: Iterable[Source | InputError]) -> Iterator[Obj]:
         if not isinstance(text, str):
             continue
         if source.name.endswith(".json"):
-            chunks = [text] if _NAMESPACE_KIND_JSON.search(text) else []
+            chunks = [text] if _MAY_HOLD_NAMESPACE.search(text) else []
         else:
-            chunks = [c for c in _DOCUMENT_START.split(text) if _NAMESPACE_KIND.search(c)]
+            chunks = [c for c in _DOCUMENT_START.split(text) if _MAY_HOLD_NAMESPACE.search(c)]
         for chunk in chunks:
             parse = _parse_json if source.name.endswith(".json") else _parse_yaml
             for item in parse(source.name, chunk):
