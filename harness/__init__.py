@@ -12,6 +12,8 @@ talks to a throwaway cluster.
 - ``cluster``: fake nodes of both compute classes, namespaces, pods;
 - ``manifests``: ``manifests/`` rendered by kustomize;
 - ``webhook``: the real ``preemptguard serve`` and the shipped webhook configurations;
+- ``scheduling``: the packing scheduler of ``manifests/components/packing-scheduler``, a second
+  kube-scheduler on the shipped configuration;
 - ``python -m harness``: a control plane until Ctrl-C.
 """
 

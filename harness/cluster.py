@@ -46,23 +46,29 @@ def create_node(
     pods: int = 110,
     cpu: str = "96",
     memory: str = "1Ti",
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """A schedulable fake GPU node: ``compute_class`` None is a standard node with no label.
 
     Preemptible nodes carry the label and the NoSchedule taint, as the provider's do.
+    ``labels`` and ``taints`` are added from the start (a taint added later would leave a moment
+    in which the scheduler may bind pods that do not tolerate it).
     """
-    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})}
     if compute_class is not None:
-        labels[CLASS_LABEL] = compute_class
+        all_labels[CLASS_LABEL] = compute_class
     spec: dict[str, Any] = {}
     if compute_class == PREEMPTIBLE:
         spec["taints"] = [dict(PREEMPTIBLE_TAINT)]
+    if taints:
+        spec["taints"] = [*spec.get("taints", []), *taints]
     kube.create(
         "/api/v1/nodes",
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
+            "metadata": {"name": name, "labels": all_labels},
             "spec": spec,
         },
     )
