@@ -200,7 +200,14 @@ def config_path(config: dict[str, Any], *, item: bool = False) -> str:
 
 
 def register(kube: Kube, server: WebhookServer, base: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply the configurations and wait until the API server calls every hook."""
+    """Apply the configurations and wait until the API server calls every hook.
+
+    The base's PriorityClasses go first: the default policy gives batch pods one of them, and
+    the webhook refuses a class whose PriorityClass the cluster does not have."""
+    for obj in base:
+        if obj.get("kind") == "PriorityClass":
+            name = obj["metadata"]["name"]
+            kube.apply(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", obj)
     configs = local_webhook_configurations(base, server.url, server.ca_file.read_bytes())
     for config in configs:
         kube.apply(config_path(config, item=True), config)

@@ -68,6 +68,17 @@ def add(path: str, value: Any) -> dict[str, Any]:
     return {"op": "add", "path": path, "value": value}
 
 
+def batch(prefix: str, *, pod: bool) -> list[dict[str, Any]]:
+    """What a batch class's pod (all three) or template (the name) gets: preemptguard-batch."""
+    ops = [add(f"{prefix}/spec/priorityClassName", "preemptguard-batch")]
+    if pod:
+        ops += [
+            add(f"{prefix}/spec/priority", -100),
+            add(f"{prefix}/spec/preemptionPolicy", "Never"),
+        ]
+    return ops
+
+
 T = "/spec/template"
 CJ = "/spec/jobTemplate/spec/template"
 
@@ -79,6 +90,7 @@ EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
             record(T, "interruptible"),
             add(f"{T}/spec/affinity", required("In")),
             add(f"{T}/spec/tolerations", [TOLERATION]),
+            *batch(T, pod=False),
         ],
     ),
     "train-coordinator": ("coordinator", False, []),
@@ -94,6 +106,7 @@ EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
             record(CJ, "flexible"),
             add(f"{CJ}/spec/affinity", PREFERRED),
             add(f"{CJ}/spec/tolerations", [TOLERATION]),
+            *batch(CJ, pod=False),
         ],
     ),
     "finetune-321b": ("interruptible", False, []),
@@ -105,6 +118,7 @@ EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
             add("/spec/affinity", required("In")),
             add("/spec/tolerations", [TOLERATION]),
             add("/spec/terminationGracePeriodSeconds", 150),
+            *batch("", pod=True),
         ],
     ),
     "login": (
@@ -126,6 +140,7 @@ EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
             record("", "interruptible", whole=True),
             add("/spec/affinity", required("In")),
             add("/spec/tolerations", [TOLERATION]),
+            *batch("", pod=True),
         ],
     ),
     "chat-api": (
@@ -148,6 +163,7 @@ EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
             add(f"{T}/spec/affinity", required("In")),
             add(f"{T}/spec/tolerations", [TOLERATION]),
             {"op": "replace", "path": f"{T}/spec/terminationGracePeriodSeconds", "value": 300},
+            *batch(T, pod=False),
         ],
     ),
     "dcgm-exporter": (None, True, []),

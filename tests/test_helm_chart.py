@@ -403,7 +403,12 @@ def test_non_default_values_reach_the_objects(certs: Path) -> None:
     assert spec["imagePullSecrets"] == [{"name": "registry"}]
     assert deployment["spec"]["template"]["metadata"]["annotations"] == {"team": "platform"}
     assert find(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == "50%"
-    assert find(objects, "PriorityClass")["value"] == 5000
+    (own,) = [
+        o
+        for o in objects
+        if o["kind"] == "PriorityClass" and o["metadata"]["name"] != "preemptguard-batch"
+    ]
+    assert own["value"] == 5000
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == find(objects, "Secret")["metadata"]["name"]
     assert (
@@ -462,8 +467,20 @@ def test_an_existing_secret_replaces_the_generated_one(certs: Path) -> None:
 
 def test_the_namespace_can_be_left_to_exist_already() -> None:
     objects = template("--set", "namespace.create=false", "--set", "priorityClass.create=false")
-    assert not [o for o in objects if o["kind"] in {"Namespace", "PriorityClass"}]
+    assert not [o for o in objects if o["kind"] == "Namespace"]
     assert "priorityClassName" not in find(objects, "Deployment")["spec"]["template"]["spec"]
+    # The batch class stays: the default policy's batch pods are refused without it.
+    (batch,) = [o for o in objects if o["kind"] == "PriorityClass"]
+    assert batch["metadata"]["name"] == "preemptguard-batch"
+
+
+def test_the_batch_priority_class_can_be_left_to_exist_already() -> None:
+    """Its name is fixed (the policy names it): a second release, or a cluster with the
+    kustomize manifests, has it already."""
+    objects = template("--set", "priorityClass.createBatch=false")
+    names = [o["metadata"]["name"] for o in objects if o["kind"] == "PriorityClass"]
+    assert names == [find(objects, "Deployment")["spec"]["template"]["spec"]["priorityClassName"]]
+    assert "preemptguard-batch" not in names
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import filecmp
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +116,8 @@ def test_the_base_holds_every_kind_an_install_needs(
             ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
             ("v1", "ConfigMap"),
             ("v1", "Service"),
-            ("scheduling.k8s.io/v1", "PriorityClass"),
+            ("scheduling.k8s.io/v1", "PriorityClass"),  # the webhook's own
+            ("scheduling.k8s.io/v1", "PriorityClass"),  # preemptguard-batch, for the policy
             ("apps/v1", "Deployment"),
             ("policy/v1", "PodDisruptionBudget"),
             ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
@@ -202,6 +205,44 @@ def test_every_hook_is_side_effect_free_short_and_skips_system_namespaces(
         assert (service["name"], service["namespace"], service["port"]) == (SERVICE, NAMESPACE, 443)
 
 
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_pod_hooks_skip_genuine_daemonset_pods_by_the_policys_controllers(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path, variant: str
+) -> None:
+    """The matchCondition that keeps the API server from calling the pod hooks for a pod the
+    engine leaves alone anyway (webhook/engine/trust.py): it names exactly the DaemonSet
+    controllers the shipped policy trusts, on both pod hooks, and on nothing else. The end-to-end
+    suite shows on 1.37 that it skips exactly the pods the engine skips as DaemonSet pods
+    (tests/e2e/test_match_conditions.py)."""
+    hooks = webhooks(rendered[variant])
+    assert "matchConditions" not in hooks[VALIDATE_WORKLOADS]
+    (condition,) = hooks[MUTATE]["matchConditions"]
+    assert hooks[VALIDATE_PODS]["matchConditions"] == [condition]
+    assert condition["name"] == "not-a-daemonset-pod-from-its-controller"
+    expression = condition["expression"]
+    listed = re.search(r"request\.userInfo\.username in (\[[^\]]*\])", expression)
+    assert listed is not None, expression
+    (policies,) = [
+        o
+        for o in rendered[variant]
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("preemptguard-policies-")
+    ]
+    for key, text in policies["data"].items():
+        (tmp_path / key).write_text(text)
+    trusted = load_policy(tmp_path).trusted.daemonset_controllers
+    assert json.loads(listed.group(1)) == list(trusted), (
+        "manifests/base/webhooks.yaml names other DaemonSet controllers than the policy's "
+        "spec.trustedRequesters.daemonSetControllers: keep them in step"
+    )
+    # The requester is tested before anything the pod says of itself, and the controlling
+    # owner is the first ownerReference with controller: true, as the engine reads it.
+    assert expression.startswith(
+        "!(has(request.userInfo.username) && request.userInfo.username in ["
+    ), expression
+    assert '[0].apiVersion == "apps/v1"' in expression
+    assert '[0].kind == "DaemonSet"' in expression
+
+
 def test_hooks_fail_open_unless_the_fail_closed_component_is_added(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
@@ -281,8 +322,8 @@ def test_the_deployment_runs_two_replicas_on_standard_nodes_spread_out(
     pdb = find(objects, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert spec["priorityClassName"] == find(objects, "PriorityClass")["metadata"]["name"]
-    assert find(objects, "PriorityClass")["globalDefault"] is False
+    assert spec["priorityClassName"] == "preemptguard"
+    assert find(objects, "PriorityClass", "preemptguard")["globalDefault"] is False
 
 
 def test_the_deployment_is_locked_down(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -341,13 +382,18 @@ def test_the_server_reads_the_mounted_policy_and_certificate(
         assert key in find(objects, "Secret", secret)["data"]
 
 
-def test_rbac_grants_reading_namespaces_and_nothing_else(
+def test_rbac_grants_reading_namespaces_and_priority_classes_and_nothing_else(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     objects = rendered["base"]
     role = find(objects, "ClusterRole")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["scheduling.k8s.io"],
+            "resources": ["priorityclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     binding = find(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

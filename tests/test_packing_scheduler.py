@@ -219,6 +219,14 @@ def test_the_profile_packs_by_gpus_and_turns_off_what_spreads(config: Obj) -> No
     assert config["percentageOfNodesToScore"] == 100
 
 
+def test_the_packing_policy_names_this_profile() -> None:
+    """policies/packing sends interruptible and flexible pods to the profile shipped here."""
+    policy = yaml.safe_load((REPO / "policies/packing/policy.yaml").read_text())
+    named = {c["name"]: c.get("schedulerName") for c in policy["spec"]["classes"]}
+    assert named["interruptible"] == named["flexible"] == scheduling.SCHEDULER_NAME
+    assert {n for c, n in named.items() if c not in {"interruptible", "flexible"}} == {None}
+
+
 # --- what a local run changes ----------------------------------------------------------------
 
 

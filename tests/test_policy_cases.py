@@ -18,7 +18,7 @@ CASES = [
 
 
 def test_every_policy_ships_cases() -> None:
-    assert [p.name for p in policy_dirs(POLICIES)] == ["default"]
+    assert [p.name for p in policy_dirs(POLICIES)] == ["default", "packing"]
     assert len(CASES) >= 30
 
 

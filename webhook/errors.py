@@ -29,12 +29,21 @@ class BadReview(PreemptguardError, ValueError):
     """The body is not an AdmissionReview this server can answer; ``str()`` is one line."""
 
 
-class NamespaceUnknown(PreemptguardError):
-    """The namespace's annotations cannot be known now; ``str()`` says why.
+class ClusterStateUnknown(PreemptguardError):
+    """Something of the cluster a review needs cannot be known now; ``str()`` says why.
 
-    Guessing "no default class" could let a pod through unplaced, so the review fails
-    instead (HTTP 500) and the webhook's failurePolicy decides.
+    Guessing could let a pod through unplaced or misplaced, so the review fails instead
+    (HTTP 500) and the webhook's failurePolicy decides.
     """
+
+
+class NamespaceUnknown(ClusterStateUnknown):
+    """The namespace's annotations cannot be known now (guessing "no default class" could
+    let a pod through unplaced)."""
+
+
+class PriorityClassUnknown(ClusterStateUnknown):
+    """A PriorityClass the policy names cannot be read now."""
 
 
 class CertificateError(PreemptguardError):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness import REPO, cluster
 from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE
@@ -455,9 +456,23 @@ def probe_namespace(kube: Kube) -> str:
 # --- the tests -------------------------------------------------------------------------------
 
 
+def _case_priority_classes() -> list[dict[str, Any]]:
+    """The PriorityClasses the policy cases say the cluster holds (spec.priorityClasses)."""
+    found = {}
+    for path in sorted((POLICY_DIR / "tests").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for obj in (doc or {}).get("spec", {}).get("priorityClasses") or ():
+                found[obj["metadata"]["name"]] = obj
+    return list(found.values())
+
+
 def _prepare(kube: Kube, cases: list[Case]) -> None:
     """A namespace per case, and the objects UPDATE and DELETE cases change, created while no
-    admission is installed (as if before enforcement began)."""
+    admission is installed (as if before enforcement began); the PriorityClasses the cases
+    name."""
+    for priority_class in _case_priority_classes():
+        name = priority_class["metadata"]["name"]
+        kube.apply(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", priority_class)
     for case in cases:
         case.namespace = cluster.unique("diff")
         cluster.create_namespace(

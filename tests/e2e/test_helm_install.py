@@ -203,22 +203,44 @@ def uninstall(kube: Kube, install: Install, objects: list[dict[str, Any]]) -> No
     wait_until(lambda: not kube.exists(ns_path), timeout=30, what=f"{install.namespace} deleted")
 
 
+BATCH_CLASS = "/apis/scheduling.k8s.io/v1/priorityclasses/preemptguard-batch"
+
+
 @pytest.fixture
 def installed(
-    kube: Kube, nodes: dict[str, str], helm_cli: Helm, tmp_path: Path
+    kube: Kube, nodes: dict[str, str], helm_cli: Helm, tmp_path: Path, base_objects: list[Any]
 ) -> Iterator[Install]:
-    """A fresh install with self-managed certificates; uninstalled afterwards if a test left it."""
+    """A fresh install with self-managed certificates; uninstalled afterwards if a test left it.
+
+    The chart creates preemptguard-batch, whose name is fixed: the cluster's (from the
+    kustomize base, for the other tests' webhook) steps aside for the install and is put back
+    after it."""
     name = cluster.unique("helm")
     install = Install(
         helm_cli, name, f"{name}-system", issue_certs(name, f"{name}-system", tmp_path / "certs")
     )
-    helm_cli("install", *install.release)
-    objects = install.manifest()
-    yield install
-    if helm_cli(
-        "list", "--namespace", RELEASE_NAMESPACE, "--short", "--filter", f"^{name}$"
-    ).strip():
-        uninstall(kube, install, objects)
+    (batch,) = [
+        o
+        for o in base_objects
+        if o["kind"] == "PriorityClass" and BATCH_CLASS.endswith("/" + o["metadata"]["name"])
+    ]
+    kube.delete(BATCH_CLASS, grace_seconds=None)
+    wait_until(lambda: not kube.exists(BATCH_CLASS), timeout=30, what="preemptguard-batch deleted")
+    try:
+        helm_cli("install", *install.release)
+        objects = install.manifest()
+        yield install
+        if helm_cli(
+            "list", "--namespace", RELEASE_NAMESPACE, "--short", "--filter", f"^{name}$"
+        ).strip():
+            uninstall(kube, install, objects)
+    finally:
+        if kube.exists(BATCH_CLASS):
+            kube.delete(BATCH_CLASS, grace_seconds=None)
+            wait_until(
+                lambda: not kube.exists(BATCH_CLASS), timeout=30, what="the chart's class deleted"
+            )
+        kube.apply(BATCH_CLASS, batch)
 
 
 def version_of(kube: Kube, obj: dict[str, Any]) -> tuple[str, Any]:
@@ -240,7 +262,7 @@ def test_install_creates_every_object_and_an_upgrade_with_the_same_values_change
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Secret",
-         "Service", "PriorityClass", "Deployment", "PodDisruptionBudget",
+         "Service", "PriorityClass", "PriorityClass", "Deployment", "PodDisruptionBudget",
          "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
     )  # fmt: skip
     for obj in objects:

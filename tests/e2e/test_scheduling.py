@@ -1,6 +1,7 @@
 """Scheduling policy on the real control plane: the shipped packing scheduler
 (``manifests/components/packing-scheduler``) bin-packs GPUs where the default scheduler spreads
-them.
+them, and the batch priority class lets critical pods take standard capacity from batch work,
+never the other way round, while batch work never preempts anything.
 
 Every test brings its own fake nodes (a *pool*), with a label its pods select and a taint only
 its pods tolerate: the session's nodes and every other test's pods stay out of the count, and
@@ -17,33 +18,43 @@ and on 1.20, which predates ``kubescheduler.config.k8s.io/v1``, the same scoring
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import cluster, scheduling
-from harness.cluster import PREEMPTIBLE
+from harness import REPO, cluster, scheduling
+from harness.cluster import CLASS_LABEL, PREEMPTIBLE, STANDARD
 from harness.controlplane import ControlPlane
 from harness.kube import Kube
 from harness.manifests import NAMESPACE, Tree
 from harness.processes import wait_until
 from harness.scheduling import PackingScheduler
-from harness.webhook import WebhookServer
+from harness.webhook import (
+    ServerError,
+    WebhookServer,
+    register,
+    service_account_kubeconfig,
+    start_server,
+)
 
 pytestmark = pytest.mark.e2e
 
 Obj = dict[str, Any]
 
 POOL_KEY = "e2e.preemptguard.together.ai/pool"
+BATCH = "preemptguard-batch"
 PACKING = scheduling.SCHEDULER_NAME
 GPU = "nvidia.com/gpu"
 # A GPU pod asks for cpu and memory in proportion (a quarter of the node with two of its
 # eight GPUs): the default scheduler then scores nodes by what is left, as it does in a real
 # cluster, rather than choosing at random between nodes that all look empty.
 POD_CPU, POD_MEMORY = "12", "128Gi"
+PACKING_POLICY = REPO / "policies" / "packing" / "policy.yaml"
 
 
 def _pods(namespace: str) -> str:
@@ -65,8 +76,12 @@ class Pool:
     nodes: list[str] = field(default_factory=list)
 
     @property
+    def taint(self) -> Obj:
+        return {"key": POOL_KEY, "value": self.name, "effect": "NoSchedule"}
+
+    @property
     def toleration(self) -> Obj:
-        return {"key": POOL_KEY, "operator": "Equal", "value": self.name, "effect": "NoSchedule"}
+        return {**self.taint, "operator": "Equal"}
 
     def place(self, spec: Obj) -> Obj:
         """``spec`` (a pod's) restricted to this pool."""
@@ -110,7 +125,7 @@ def pools(kube: Kube, namespace: str) -> Iterator[Callable[..., Pool]]:
                 compute_class,
                 gpus=gpus,
                 labels={POOL_KEY: pool.name},
-                taints=[_taint(pool)],
+                taints=[pool.taint],
             )
             pool.nodes.append(name)
         made.append(pool)
@@ -137,10 +152,6 @@ def _empty_namespace(kube: Kube, namespace: str) -> None:
         return not replica_sets and not pods
 
     wait_until(empty, timeout=60, what=f"namespace {namespace} to hold no pods")
-
-
-def _taint(pool: Pool) -> Obj:
-    return {"key": POOL_KEY, "value": pool.name, "effect": "NoSchedule"}
 
 
 # --- waiting ---------------------------------------------------------------------------------
@@ -177,8 +188,37 @@ def _wait_bound(
         raise AssertionError(f"{exc}: {detail}") from None
 
 
+def _wait_unschedulable(kube: Kube, namespace: str, name: str) -> str:
+    """The scheduler's message once it has tried ``name`` and found no node, after a few more
+    seconds in which any preemption it started would show."""
+
+    def failed() -> str | None:
+        events = kube.get(
+            f"/api/v1/namespaces/{namespace}/events",
+            fieldSelector=f"involvedObject.name={name},reason=FailedScheduling",
+        )["items"]
+        return str(events[0].get("message", "")) if events else None
+
+    message = wait_until(failed, timeout=60, what=f"the scheduler to try {namespace}/{name}")
+    time.sleep(3)
+    return message
+
+
+def _assert_not_eligible(message: str) -> None:
+    """Where the scheduler says why it did not preempt (1.37; 1.20 says nothing), the reason is
+    the pod's preemptionPolicy."""
+    if "preemption:" in message:
+        assert "not eligible due to preemptionPolicy=Never" in message, message
+
+
 def _bound_nodes(pods: dict[str, Obj]) -> Counter[str]:
     return Counter(str(p["spec"]["nodeName"]) for p in pods.values())
+
+
+def _victims(kube: Kube, namespace: str) -> set[str]:
+    """The pods the scheduler says it preempted (its ``Preempted`` Events on them)."""
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector="reason=Preempted")
+    return {str(e["involvedObject"]["name"]) for e in events["items"]}
 
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -221,6 +261,38 @@ def _packing_scheduler_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "packing_scheduler" in request.fixturenames:
         request.getfixturevalue("packing_scheduler").check_alive()
+
+
+@pytest.fixture
+def packing_policy_webhook(
+    kube: Kube,
+    control_plane: ControlPlane,
+    priority_classes: dict[str, Obj],
+    webhook: WebhookServer,
+    base_objects: list[Obj],
+    tmp_path: Path,
+) -> Iterator[WebhookServer]:
+    """A second ``preemptguard serve`` on the packing policy, with the shipped webhook
+    configurations pointed at it for the test and back at the session's server after it."""
+    if not PACKING_POLICY.exists():
+        pytest.fail(f"{PACKING_POLICY.relative_to(REPO)} is missing", pytrace=False)
+    policy_map = {"kind": "ConfigMap", "metadata": {"name": "packing"},
+                  "data": {"policy.yaml": PACKING_POLICY.read_text()}}  # fmt: skip
+    kubeconfig = service_account_kubeconfig(
+        kube, control_plane, base_objects, tmp_path / "kubeconfig"
+    )
+    try:
+        server = start_server(tmp_path, [policy_map], kubeconfig)
+    except ServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        register(kube, server, base_objects)
+        yield server
+    finally:
+        try:
+            register(kube, webhook, base_objects)
+        finally:
+            server.stop()
 
 
 # --- the packing scheduler ----------------------------------------------------------------------
@@ -324,3 +396,197 @@ def test_the_packing_scheduler_runs_as_its_service_account_on_its_own_lease(
     assert not can("get", "secrets", "", "kube-system")
     assert can("create", "bindings", "", "default")
     assert can("delete", "pods", "", "default")  # preemption
+
+
+def test_the_rest_of_the_component_passes_a_server_side_dry_run(
+    kube: Kube, packing_scheduler: PackingScheduler, packing_objects: list[Obj]
+) -> None:
+    """Its RBAC is applied for real (the scheduler runs with it); its ConfigMap, Deployment and
+    PodDisruptionBudget are accepted as written. 1.20 serves no policy/v1 (from 1.21): the
+    PodDisruptionBudget is left to the schema tests there (tests/test_packing_scheduler.py)."""
+    minor = int(kube.get("/version")["minor"].rstrip("+"))
+    paths = {
+        "ConfigMap": "/api/v1/namespaces/{}/configmaps/{}",
+        "Deployment": "/apis/apps/v1/namespaces/{}/deployments/{}",
+        "PodDisruptionBudget": "/apis/policy/v1/namespaces/{}/poddisruptionbudgets/{}",
+    }
+    checked = []
+    for obj in scheduling.component_objects(packing_objects):
+        if obj["kind"] not in paths or (obj["kind"] == "PodDisruptionBudget" and minor < 21):
+            continue
+        path = paths[obj["kind"]].format(NAMESPACE, obj["metadata"]["name"])
+        stored = kube.apply(path, obj, dry_run=True)
+        assert stored["metadata"]["name"] == obj["metadata"]["name"]
+        checked.append(obj["kind"])
+    expected = {"ConfigMap", "Deployment"} | ({"PodDisruptionBudget"} if minor >= 21 else set())
+    assert sorted(checked) == sorted(expected)
+
+
+def test_the_packing_policy_sends_batch_pods_to_the_packing_scheduler(
+    kube: Kube,
+    namespace: str,
+    packing_policy_webhook: WebhookServer,
+    packing_scheduler: PackingScheduler,
+    pools: Callable[..., Pool],
+) -> None:
+    """With the webhook on policies/packing, pods name no scheduler and still pack."""
+    pool = pools(PREEMPTIBLE, 4)
+    packed = _sweep(kube, namespace, pool, "packed")
+    assert all(p["spec"]["schedulerName"] == PACKING for p in packed.values())
+    assert sorted(_bound_nodes(packed).values()) == [4, 4]
+    # Flexible pods too; standard-only classes stay with the default scheduler, and a pod that
+    # chose a scheduler of its own keeps it.
+    probes = {
+        "flexible": ("flexible", {}, PACKING),
+        "serving": ("serving", {}, "default-scheduler"),
+        "own-scheduler": ("interruptible", {"schedulerName": "gang"}, "gang"),
+    }
+    for name, (workload, spec, expected) in probes.items():
+        answer = kube.create(
+            _pods(namespace), cluster.pod(name, workload=workload, **spec), dry_run=True
+        ).body
+        assert answer["spec"]["schedulerName"] == expected, name
+    assert packing_policy_webhook.admissions(namespace)
+
+
+# --- priority and preemption -----------------------------------------------------------------
+
+
+def _priority_class(kube: Kube, name: str, value: int, policy: str) -> None:
+    kube.apply(
+        f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "preemptionPolicy": policy,
+            "globalDefault": False,
+        },
+    )
+
+
+def _deployment(name: str, template: Obj) -> Obj:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def test_serving_takes_standard_capacity_from_flexible_pods_never_the_other_way_round(
+    kube: Kube,
+    namespace: str,
+    priority_classes: dict[str, Obj],
+    webhook: WebhookServer,
+    pools: Callable[..., Pool],
+) -> None:
+    """No preemptible capacity: flexible pods fill two standard nodes; a serving Deployment's
+    pod is then scheduled by preempting one of them; a flexible pod created after it waits
+    and preempts nothing."""
+    batch = priority_classes[BATCH]
+    assert batch["value"] < 0
+    assert batch["preemptionPolicy"] == "Never"
+    pool = pools(STANDARD, 2)
+    names = [f"flexible-{i}" for i in range(1, 9)]
+    for name in names:
+        kube.create(_pods(namespace), gpu_pod(name, pool, workload="flexible"))
+    flexible = _wait_bound(kube, namespace, names)
+    assert sorted(_bound_nodes(flexible).values()) == [4, 4]
+    for pod in flexible.values():
+        assert pod["spec"]["priorityClassName"] == BATCH
+        assert pod["spec"]["priority"] == batch["value"]
+        assert pod["spec"]["preemptionPolicy"] == "Never"
+
+    template = gpu_pod("x", pool, workload="serving", labels={"app": "api"})
+    del template["metadata"]["name"]
+    kube.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", _deployment("api", template))
+
+    def serving_pod() -> str | None:
+        pods = cluster.pods_with_labels(kube, namespace, "app=api")
+        return str(pods[0]["metadata"]["name"]) if pods else None
+
+    serving_name = wait_until(serving_pod, timeout=30, what="the Deployment's pod")
+    preempted: list[str] = []
+    serving = _wait_bound(kube, namespace, [serving_name], kubelet=preempted)[serving_name]
+    assert serving["spec"].get("priority", 0) == 0
+    assert "priorityClassName" not in serving["spec"]
+    assert serving["spec"]["nodeName"] in pool.nodes
+    # One flexible pod made room (two GPUs), chosen and deleted by the scheduler.
+    assert len(preempted) == 1, preempted
+    assert preempted[0] in names
+    # The scheduler's own record of it, an Event on the victim (written asynchronously).
+    wait_until(
+        lambda: _victims(kube, namespace) == set(preempted),
+        timeout=10,
+        what=f"a Preempted event on {preempted}",
+    )
+
+    late = gpu_pod("flexible-late", pool, workload="flexible")
+    stored = kube.create(_pods(namespace), late).body
+    assert stored["spec"]["priority"] == batch["value"]
+    message = _wait_unschedulable(kube, namespace, "flexible-late")
+    _assert_not_eligible(message)
+    assert _finish_terminating(kube, namespace) == [], message
+    late_now = kube.get(_pod_path(namespace, "flexible-late"))
+    assert not late_now["spec"].get("nodeName"), message
+    assert not late_now.get("status", {}).get("nominatedNodeName"), message
+    still = kube.get(_pod_path(namespace, serving_name))
+    assert still["spec"]["nodeName"] == serving["spec"]["nodeName"]
+    assert "deletionTimestamp" not in still["metadata"]
+    assert _victims(kube, namespace) == set(preempted)
+
+
+def test_an_interruptible_pod_never_preempts_even_pods_of_lower_priority(
+    kube: Kube,
+    namespace: str,
+    priority_classes: dict[str, Obj],
+    webhook: WebhookServer,
+    pools: Callable[..., Pool],
+) -> None:
+    """A preemptible node full of pods below the batch class: an interruptible pod waits and
+    the node stays untouched; a pod of the batch class's priority that may preempt (the
+    control) takes a place there at once."""
+    batch = priority_classes[BATCH]
+    lowest, preempting = cluster.unique("e2e-lowest"), cluster.unique("e2e-preempting")
+    _priority_class(kube, lowest, batch["value"] - 900, "PreemptLowerPriority")
+    _priority_class(kube, preempting, batch["value"], "PreemptLowerPriority")
+    try:
+        pool = pools(PREEMPTIBLE, 1)
+        tolerate = [{"key": CLASS_LABEL, "operator": "Exists"}]
+        # Unclassified pods: the webhook leaves them (and their priority class) alone.
+        names = [f"low-{i}" for i in range(1, 5)]
+        for name in names:
+            body = gpu_pod(name, pool, priorityClassName=lowest, tolerations=list(tolerate))
+            kube.create(_pods(namespace), body)
+        low = _wait_bound(kube, namespace, names)
+        assert all(p["spec"]["priority"] == batch["value"] - 900 for p in low.values())
+
+        stored = kube.create(
+            _pods(namespace), gpu_pod("sweep", pool, workload="interruptible")
+        ).body
+        assert (stored["spec"]["priority"], stored["spec"]["preemptionPolicy"]) == (
+            batch["value"],
+            "Never",
+        )
+        message = _wait_unschedulable(kube, namespace, "sweep")
+        _assert_not_eligible(message)
+        assert _finish_terminating(kube, namespace) == [], message
+        assert not kube.get(_pod_path(namespace, "sweep"))["spec"].get("nodeName"), message
+        for name in names:
+            pod = kube.get(_pod_path(namespace, name))
+            assert "deletionTimestamp" not in pod["metadata"], name
+        assert not _victims(kube, namespace)
+
+        # The control: the same priority, allowed to preempt, does.
+        cluster.delete_pods(kube, namespace, ["sweep"])
+        body = gpu_pod("control", pool, priorityClassName=preempting, tolerations=list(tolerate))
+        kube.create(_pods(namespace), body)
+        preempted: list[str] = []
+        _wait_bound(kube, namespace, ["control"], kubelet=preempted)
+        assert len(preempted) == 1, preempted
+        assert preempted[0] in names
+    finally:
+        for name in (lowest, preempting):
+            kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")

@@ -1,4 +1,5 @@
-"""A tiny stand-in for the API server's namespace list and watch, over plain HTTP."""
+"""A tiny stand-in for the API server's namespace list and watch, over plain HTTP; it also
+serves the PriorityClass preemptguard ships (list, read, and a watch that stays quiet)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 STOP = object()
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+BATCH = {
+    "apiVersion": "scheduling.k8s.io/v1",
+    "kind": "PriorityClass",
+    "metadata": {"name": "preemptguard-batch", "resourceVersion": "1"},
+    "value": -100,
+    "preemptionPolicy": "Never",
+}
 
 
 def namespace(name: str, annotations: dict[str, str], version: str) -> dict[str, Any]:
@@ -82,6 +91,9 @@ class FakeApiServer:
 
             def do_GET(self) -> None:
                 url = urlparse(self.path)
+                if url.path.startswith(PRIORITY_CLASSES):
+                    self._priority_classes(url.path, parse_qs(url.query).get("watch") == ["true"])
+                    return
                 prefix = "/api/v1/namespaces/"
                 if url.path.startswith(prefix) and "/" not in url.path[len(prefix) :]:
                     self._read(url.path[len(prefix) :])
@@ -105,6 +117,32 @@ class FakeApiServer:
                         namespace(name, fake.namespaces[name], str(fake.version))
                     ).encode()
                     self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _priority_classes(self, path: str, watch: bool) -> None:
+                if watch:
+                    quiet: queue.Queue[object] = queue.Queue()
+                    fake._open.append(quiet)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    quiet.get()  # until the fake goes away
+                    return
+                if path == PRIORITY_CLASSES:
+                    doc: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1",
+                                           "kind": "PriorityClassList",
+                                           "metadata": {"resourceVersion": "1"}, "items": [BATCH]}  # fmt: skip
+                elif path == f"{PRIORITY_CLASSES}/preemptguard-batch":
+                    doc = BATCH
+                else:
+                    self.send_error(404)
+                    return
+                body = json.dumps(doc).encode()
+                self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -168,7 +168,7 @@ def test_one_log_line_per_admission(log_stream: io.StringIO) -> None:
         "source": "annotation",
         "outcome": "patched",
         "allowed": True,
-        "patch_ops": 4,
+        "patch_ops": 7,  # affinity, toleration, record; priority class, priority, policy
         "warnings": 1,
     }
     assert {k: line[k] for k in expected} == expected

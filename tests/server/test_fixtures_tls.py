@@ -186,7 +186,7 @@ def test_every_fixture_is_answered_and_logged(server: ServerProcess) -> None:
             record
         )
     sweep = logged[fixture("create-pod-sweep-mutate")["request"]["uid"]]
-    assert (sweep["name"], sweep["outcome"], sweep["patch_ops"]) == ("sweep-", "patched", 4)
+    assert (sweep["name"], sweep["outcome"], sweep["patch_ops"]) == ("sweep-", "patched", 7)
     assert sweep["workload_class"] == "interruptible"
 
 

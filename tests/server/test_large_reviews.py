@@ -84,6 +84,10 @@ def test_a_deep_interruptible_pod_is_placed_with_a_patch_that_leaves_managed_fie
     assert {op["path"] for op in ops} == {
         "/spec/affinity",
         "/metadata/annotations/together.ai~1placement",
+        # Resolved in the parent process, passed to the one reading the large review.
+        "/spec/priorityClassName",
+        "/spec/priority",
+        "/spec/preemptionPolicy",
     }
     assert not any("managedFields" in op["path"] for op in ops)
 

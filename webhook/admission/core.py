@@ -13,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from webhook import engine
+from webhook.admission import priorities
 from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
 from webhook.engine.decision import AdmissionOperation, Context, Decision, Obj, Requester
 from webhook.engine.evaluation import kinds_of, namespace_of, untouched
 from webhook.engine.patch import PatchOp, make_patch
 from webhook.engine.policy import Policy
+from webhook.engine.scheduling import PriorityLookup
 from webhook.engine.workloads import api_group, mapping_at
 
 Evaluator = Callable[[Obj, Policy, Context], Decision]
@@ -102,14 +104,18 @@ def judge(
     policy: Policy,
     namespaces: NamespaceLookup,
     evaluate: Evaluator = engine.evaluate,
+    *,
+    priority_classes: PriorityLookup | None = None,
 ) -> Judgement:
-    """Decide ``subject``. Exceptions from ``evaluate`` and from ``namespaces``
-    (``NamespaceUnknown``) reach the caller."""
+    """Decide ``subject``. Exceptions from ``evaluate``, from ``namespaces``
+    (``NamespaceUnknown``) and from ``priority_classes`` (``PriorityClassUnknown``; without
+    one, the system and shipped classes) reach the caller."""
     bare = Context(
         operation=subject.operation,
         namespace=subject.namespace,
         old_object=subject.old_object,
         requester=subject.requester,
+        priority_classes=priority_classes or priorities.offline(),
     )
     meta = _namespace(subject, policy, bare, namespaces)
     context = bare if meta is _NONE else _with_namespace(bare, meta)
@@ -142,4 +148,5 @@ def _with_namespace(context: Context, meta: NamespaceMeta) -> Context:
         namespace_labels=meta.labels,
         old_object=context.old_object,
         requester=context.requester,
+        priority_classes=context.priority_classes,
     )

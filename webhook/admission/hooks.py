@@ -19,6 +19,7 @@ from webhook.admission.review import ECHO_CHARS, AdmissionReview, Request
 from webhook.engine.decision import Decision
 from webhook.engine.findings import Code, Finding, bounded, finding, shorten
 from webhook.engine.policy import Mode, Policy
+from webhook.engine.scheduling import PriorityLookup
 
 CLASS_AUDIT_KEY = "workload-class"
 SOURCE_AUDIT_KEY = "classified-by"
@@ -78,27 +79,36 @@ def answer(
     policy: Policy,
     namespaces: NamespaceLookup,
     evaluate: Evaluator = engine.evaluate,
+    *,
+    priority_classes: PriorityLookup | None = None,
 ) -> Admission:
     """Answer ``request`` on ``hook``.
 
-    Exceptions from the engine, and ``NamespaceUnknown`` from ``namespaces``, reach the caller.
+    Exceptions from the engine, ``NamespaceUnknown`` from ``namespaces`` and
+    ``PriorityClassUnknown`` from ``priority_classes`` reach the caller.
     """
     reason = _not_checked(hook, request)
     if reason is not None:
         return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason.message)
-    judged = judge(_subject(request), policy, namespaces, evaluate)
+    judged = judge(
+        _subject(request), policy, namespaces, evaluate, priority_classes=priority_classes
+    )
     return respond(hook, request, judged, policy)
 
 
 def answers(
-    request: Request, policy: Policy, namespaces: NamespaceLookup
+    request: Request,
+    policy: Policy,
+    namespaces: NamespaceLookup,
+    *,
+    priority_classes: PriorityLookup | None = None,
 ) -> tuple[Judgement | None, dict[Hook, Admission]]:
     """What both hooks answer for ``request``, judged once, as ``preemptguard check`` shows
     for a review given to it. A DELETE is judged on its old object (which the engine leaves
     alone); a request with no object at all has no judgement."""
     judged = None
     if request.object is not None or request.old_object is not None:
-        judged = judge(_subject(request), policy, namespaces)
+        judged = judge(_subject(request), policy, namespaces, priority_classes=priority_classes)
     found: dict[Hook, Admission] = {}
     for hook in Hook:
         reason = _not_checked(hook, request)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from webhook.admission import namespaces
+from webhook.admission import namespaces, priorities
 from webhook.admission.core import Judgement, Subject, judge
 from webhook.admission.hooks import Hook, answers
 from webhook.admission.namespaces import NamespaceLookup
@@ -20,6 +20,7 @@ from webhook.engine.decision import Decision, Part
 from webhook.engine.findings import Code, Finding
 from webhook.engine.patch import PatchOp
 from webhook.engine.policy import Mode, Policy
+from webhook.engine.scheduling import PriorityLookup
 from webhook.errors import BadReview
 from webhook.loading.manifests import Document, InputError, Item, Manifests
 
@@ -131,8 +132,12 @@ def check(manifests: Manifests, policy: Policy, *, default_namespace: str) -> li
     ``manifests.errors``; the others still get their results.
     """
     lookup = namespaces.from_objects(doc.obj for doc in manifests.documents)
+    classes = priorities.from_objects(doc.obj for doc in manifests.documents)
     results = []
-    for item in judge_each(manifests.documents, policy, lookup, default_namespace):
+    each = judge_each(
+        manifests.documents, policy, lookup, default_namespace, priority_classes=classes
+    )
+    for item in each:
         if isinstance(item, Result):
             results.append(item)
         else:
@@ -141,7 +146,12 @@ def check(manifests: Manifests, policy: Policy, *, default_namespace: str) -> li
 
 
 def judge_each(
-    items: Iterable[Item], policy: Policy, lookup: NamespaceLookup, default_namespace: str
+    items: Iterable[Item],
+    policy: Policy,
+    lookup: NamespaceLookup,
+    default_namespace: str,
+    *,
+    priority_classes: PriorityLookup | None = None,
 ) -> Iterator[Result | InputError]:
     """A result for each object of ``items`` as it comes; problems passed on as they come.
 
@@ -153,7 +163,7 @@ def judge_each(
             yield item
             continue
         try:
-            yield from _result(item, policy, lookup, default_namespace)
+            yield from _result(item, policy, lookup, default_namespace, priority_classes)
         except BadReview as exc:
             yield InputError(source=item.source, line=item.line, message=f"{REVIEW_KIND}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported with the object, never a traceback
@@ -162,13 +172,19 @@ def judge_each(
 
 
 def _result(
-    doc: Document, policy: Policy, lookup: NamespaceLookup, default_namespace: str
+    doc: Document,
+    policy: Policy,
+    lookup: NamespaceLookup,
+    default_namespace: str,
+    priority_classes: PriorityLookup | None,
 ) -> list[Result]:
     if doc.obj.get("kind") != REVIEW_KIND:
         subject = Subject.of_manifest(doc.obj, policy, default_namespace=default_namespace)
-        return results_of(doc, judge(subject, policy, lookup), policy)
+        return results_of(
+            doc, judge(subject, policy, lookup, priority_classes=priority_classes), policy
+        )
     request = parse_review(doc.obj)
-    judged, found = answers(request, policy, lookup)
+    judged, found = answers(request, policy, lookup, priority_classes=priority_classes)
     if judged is None:
         raise BadReview(f"request {request.uid} carries no object to show ({request.operation})")
     reviews = {hook.value: found[hook].review for hook in Hook}

@@ -11,14 +11,14 @@ from typing import NoReturn
 import click
 
 from webhook import __version__
-from webhook.admission import namespaces
+from webhook.admission import namespaces, priorities
 from webhook.cli.dryrun import judge_each
 from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
 from webhook.cli.report import ExitStatus, ExplainReport, JsonReport, Report
 from webhook.engine.policy import Policy
 from webhook.errors import CaseError, PolicyError
 from webhook.loading import collector
-from webhook.loading.manifests import InputError, namespace_objects, read, sources
+from webhook.loading.manifests import InputError, read, read_ahead, sources
 from webhook.loading.policies import builtin_policy, load_policy
 
 CHECK_EXAMPLES = """
@@ -155,15 +155,18 @@ def test_command(directory: Path) -> None:
 def _dry_run(paths: Sequence[str], policies: Path | None, namespace: str, report: Report) -> int:
     """Judge every object of ``paths`` into ``report``, one at a time; the exit status.
 
-    Namespace objects are read ahead, so that they apply wherever they stand in the input.
+    Namespace and PriorityClass objects are read ahead, so that they apply wherever they stand
+    in the input.
     """
     policy = _policy(policies)
     inputs = sources(paths, sys.stdin)
-    lookup = namespaces.from_objects(namespace_objects(inputs))
+    ahead = list(read_ahead(inputs))
+    lookup = namespaces.from_objects(ahead)
+    classes = priorities.from_objects(ahead)
     # The garbage collector would walk every object read so far, again and again; each is
     # freed by reference counting once it is reported.
     with collector.paused():
-        for item in judge_each(read(inputs), policy, lookup, namespace):
+        for item in judge_each(read(inputs), policy, lookup, namespace, priority_classes=classes):
             if isinstance(item, InputError):
                 click.echo(f"error: {item}", err=True)
             report.add(item)

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from webhook.admission import priorities
 from webhook.admission.core import Judgement, Subject, judge
-from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
+from webhook.admission.namespaces import NamespaceMeta
 from webhook.engine.decision import Decision, Obj, Requester
 from webhook.engine.patch import apply_patch, make_patch
 from webhook.engine.podshape import describe
 from webhook.engine.policy import Policy
+from webhook.engine.scheduling import PriorityLookup
 from webhook.errors import CaseError
 from webhook.loading.manifests import load_manifests
 from webhook.loading.policies import load_policy
@@ -49,6 +51,10 @@ SPEC_FIELDS: dict[str, Check] = {
         ),
         "a mapping with username (a string) and groups (a list of strings)",
     ),
+    "priorityClasses": (
+        lambda v: isinstance(v, list) and all(priorities.info_of(c) is not None for c in v),
+        "a list of PriorityClass objects (metadata.name, value, preemptionPolicy)",
+    ),
 }
 EXPECT_FIELDS: dict[str, Check] = {
     "class": _TEXT,
@@ -69,6 +75,9 @@ class Case:
     subject: Subject
     namespace: NamespaceMeta
     expect: Mapping[str, Any]
+    # The cluster's PriorityClasses: the system ones and those the case lists; without a
+    # list, the system and shipped ones.
+    priority_classes: PriorityLookup
 
     def lookup(self, namespace: str) -> NamespaceMeta:
         """The case's namespace annotations, for whichever namespace the case is in."""
@@ -126,7 +135,16 @@ def _case(raw: Obj, source: str) -> Case:
         requester=_requester(spec.get("userInfo")),
     )
     namespace = NamespaceMeta(annotations=spec.get("namespaceAnnotations") or {})
-    return Case(name=str(name), source=source, subject=subject, namespace=namespace, expect=expect)
+    listed = spec.get("priorityClasses")
+    classes = priorities.offline() if listed is None else priorities.in_cluster(listed)
+    return Case(
+        name=str(name),
+        source=source,
+        subject=subject,
+        namespace=namespace,
+        expect=expect,
+        priority_classes=classes,
+    )
 
 
 def _requester(user: Mapping[str, Any] | None) -> Requester | None:
@@ -150,10 +168,10 @@ def _namespace_of(obj: Obj) -> str:
 
 
 def run_case(case: Case, policy: Policy) -> CaseResult:
-    judged = judge(case.subject, policy, case.lookup)
+    judged = judge(case.subject, policy, case.lookup, priority_classes=case.priority_classes)
     failures = [
         *_compare(case.expect, judged.decision, case.subject.obj, judged.patch),
-        *_stable(judged, policy, case.lookup),
+        *_stable(judged, policy, case),
     ]
     return CaseResult(case=case, failures=failures)
 
@@ -186,10 +204,15 @@ def _contains(what: str, wanted: list[str], actual: tuple[str, ...]) -> Iterator
             yield f"{what}: none contains {text!r}; got {list(actual)}"
 
 
-def _stable(judged: Judgement, policy: Policy, lookup: NamespaceLookup) -> list[str]:
+def _stable(judged: Judgement, policy: Policy, case: Case) -> list[str]:
     """The patched object, judged again, changes nothing (reinvocation-safe)."""
     patched = apply_patch(judged.subject.obj, judged.patch)
-    again = judge(replace(judged.subject, obj=patched), policy, lookup)
+    again = judge(
+        replace(judged.subject, obj=patched),
+        policy,
+        case.lookup,
+        priority_classes=case.priority_classes,
+    )
     return [f"not idempotent: a second run changes {again.patch}"] if again.patch else []
 
 

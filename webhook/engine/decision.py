@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.engine.findings import MAX_MESSAGE_CHARS, Finding, bounded, shorten
+from webhook.engine.scheduling import PriorityLookup
 
 __all__ = ["MAX_MESSAGE_CHARS", "bounded", "shorten"]
 
@@ -34,6 +35,10 @@ class Context:
     old_object: Obj | None = None
     # None offline (check, explain, test): the answer is the one an ordinary user gets.
     requester: Requester | None = None
+    # The cluster's PriorityClasses, for classes that name one (webhook.engine.scheduling);
+    # None when the caller has no view of them: priorities are then left as the pod says
+    # (the admission core always gives one).
+    priority_classes: PriorityLookup | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -148,12 +148,19 @@ def _pod(pod: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
         message = "Pod has no spec mapping: it cannot be placed; add it"
         return base.invalid(policy, finding(Code.NO_POD_SPEC, message, "spec"))
     facts = facts_of(pod, ctx, base.namespace, owner_kind=controller_kind(pod))
-    judged = judge_template(pod, facts, policy, where="the pod", location="")
+    judged = judge_template(
+        pod,
+        facts,
+        policy,
+        where="the pod",
+        location="",
+        priority_classes=ctx.priority_classes,
+    )
     notes = [*exempt.notes, *_namespace_hints(ctx), *judged.notes]
     if judged.plan is None:
         return base.finish(policy, judged.classification, judged.refusals, notes)
     mutated = copy_for_placement(pod, [()])
-    placed = place_template(mutated, judged.plan, policy)
+    placed = place_template(mutated, judged.plan, policy, is_pod=True)
     return base.finish(
         policy,
         judged.classification,
@@ -186,7 +193,7 @@ def _workload(obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, base: 
         placed = None
         if t in placeable:
             assert j.plan is not None
-            placed = place_template(template_at(mutated, t.parts), j.plan, policy)
+            placed = place_template(template_at(mutated, t.parts), j.plan, policy, is_pod=False)
         parts.append(_part(t, j, placed, labelled=several))
     notes = _misplaced_annotations(obj, kind, ctx)
     return base.finish_parts(policy, kind, tuple(parts), mutated, notes, several=several)
@@ -215,7 +222,14 @@ def _judge(
         role=t.spec.role,
         default_class=t.spec.default_class,
     )
-    return judge_template(t.template, facts, policy, where="the pod template", location=t.where)
+    return judge_template(
+        t.template,
+        facts,
+        policy,
+        where="the pod template",
+        location=t.where,
+        priority_classes=ctx.priority_classes,
+    )
 
 
 def _part(t: Template, judged: Judged, placed: Placement | None, *, labelled: bool) -> Part:

@@ -31,6 +31,7 @@ class Code(enum.StrEnum):
     TOO_MANY_TERMS = "too-many-terms"
     TOO_MANY_LABEL_VALUES = "too-many-label-values"
     UNPLACED = "unplaced"
+    UNKNOWN_PRIORITY_CLASS = "unknown-priority-class"
     # Warnings
     WOULD_BE_REFUSED = "would-be-refused"
     SOURCES_DISAGREE = "sources-disagree"
@@ -41,12 +42,16 @@ class Code(enum.StrEnum):
     ANNOTATION_OUT_OF_REACH = "annotation-out-of-reach"
     GRACE_LOWERED = "grace-lowered"
     TEMPLATE_SUMMARY = "template-summary"
+    PRIORITY_REPLACED = "priority-replaced"
+    SCHEDULER_KEPT = "scheduler-kept"
     # Changes
     AFFINITY_REQUIRED = "affinity-required"
     AFFINITY_PREFERRED = "affinity-preferred"
     TOLERATION_ADDED = "toleration-added"
     GRACE_RAISED = "grace-raised"
     PLACEMENT_RECORDED = "placement-recorded"
+    PRIORITY_SET = "priority-set"
+    SCHEDULER_SET = "scheduler-set"
     # Skips
     NOT_A_WORKLOAD = "not-a-workload"
     UNCHECKED_KIND = "unchecked-kind"

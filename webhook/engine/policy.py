@@ -55,6 +55,9 @@ class WorkloadClass:
     name: str
     placement: Placement
     description: str = ""
+    # What the scheduler is told (webhook.engine.scheduling); None leaves it as the pod says.
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
 
 
 @dataclass(frozen=True)

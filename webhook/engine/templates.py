@@ -19,6 +19,7 @@ from webhook.engine.grace import GraceBudget, grace_budget
 from webhook.engine.placement import PREFERRED, REQUIRED, check, place
 from webhook.engine.podshape import shape_problem
 from webhook.engine.policy import Policy, WorkloadClass
+from webhook.engine.scheduling import PriorityLookup, SchedulingPlan, plan_scheduling, schedule
 from webhook.engine.workloads import mapping_at, value_at
 
 PLACEMENT_ANNOTATION = "together.ai/placement"
@@ -40,6 +41,8 @@ class Plan:
     wclass: WorkloadClass
     node: NodeConstraints
     budget: GraceBudget
+    scheduling: SchedulingPlan
+    priority_classes: PriorityLookup | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +52,13 @@ class Placement:
 
 
 def judge_template(
-    template: Obj, facts: PodFacts, policy: Policy, *, where: str, location: str
+    template: Obj,
+    facts: PodFacts,
+    policy: Policy,
+    *,
+    where: str,
+    location: str,
+    priority_classes: PriorityLookup | None,
 ) -> Judged:
     """Classify and check one template (or pod): ``where`` names it in warnings (``the pod``,
     ``the pod template``), ``location`` is its path in the object (``""`` for a pod)."""
@@ -73,19 +82,29 @@ def judge_template(
     wclass = policy.classes[name]
     budget = grace_budget(facts.annotations, policy)
     checked = check(template["spec"], wclass, policy, budget)
-    if checked.refusals:
-        return Judged(
-            classification=verdict.classification, refusals=checked.refusals, notes=tuple(notes)
-        )
-    plan = Plan(wclass=wclass, node=checked.node, budget=budget)
+    scheduling, missing = plan_scheduling(wclass, priority_classes)
+    refusals = (*checked.refusals, *((missing,) if missing is not None else ()))
+    if refusals or scheduling is None:
+        return Judged(classification=verdict.classification, refusals=refusals, notes=tuple(notes))
+    plan = Plan(
+        wclass=wclass,
+        node=checked.node,
+        budget=budget,
+        scheduling=scheduling,
+        priority_classes=priority_classes,
+    )
     return Judged(classification=verdict.classification, notes=tuple(notes), plan=plan)
 
 
-def place_template(template: Obj, plan: Plan, policy: Policy) -> Placement:
+def place_template(template: Obj, plan: Plan, policy: Policy, *, is_pod: bool) -> Placement:
     """Apply ``plan`` to ``template`` (in the copy), with the decision record."""
     placed = place(template, plan.node, plan.wclass, policy, plan.budget)
+    scheduled = schedule(
+        template["spec"], plan.wclass, plan.scheduling, plan.priority_classes, is_pod=is_pod
+    )
     return Placement(
-        changes=(*placed.changes, *_record(template, plan.wclass.name)), notes=placed.notes
+        changes=(*placed.changes, *scheduled.changes, *_record(template, plan.wclass.name)),
+        notes=(*placed.notes, *scheduled.notes),
     )
 
 

@@ -74,7 +74,25 @@ def export(policy: Policy) -> Export:
         _mutating_policy(rules, mutating),
         _binding("MutatingAdmissionPolicyBinding", mutating, policy),
     ]
-    return Export(objects=objects, notes=NOT_EXPRESSED + _custom_kinds(policy))
+    return Export(
+        objects=objects,
+        notes=NOT_EXPRESSED + _custom_kinds(policy) + _scheduling(policy),
+    )
+
+
+def _scheduling(policy: Policy) -> tuple[str, ...]:
+    """Which classes' priority and scheduler the exported policies leave to the webhook."""
+    named = [
+        c.name for c in policy.classes.values() if c.priority_class_name or c.scheduler_name
+    ]
+    if not named:
+        return ()
+    return (
+        f"The priority class and scheduler of {', '.join(named)} are set by the webhook only: "
+        "the API server resolves priorityClassName into spec.priority before admission "
+        "policies run, and CEL cannot read PriorityClasses to set both consistently. Pods "
+        "placed by the exported policies keep the priority they name (or the cluster's default).",
+    )
 
 
 def _custom_kinds(policy: Policy) -> tuple[str, ...]:

@@ -1,9 +1,10 @@
 """Read Kubernetes objects from YAML/JSON files, folders and stdin, keeping where each was read.
 
 Objects come as a stream (``read``): each is handed on as soon as it is read, so a run over
-many objects holds one at a time. Namespace objects are also found ahead of the stream
-(``namespace_objects``), since an object anywhere in the input may be in a namespace that a
-later document declares, as ``kubectl apply -f app/ -f namespaces.yaml`` allows.
+many objects holds one at a time. Namespace and PriorityClass objects are also found ahead of
+the stream (``read_ahead``), since an object anywhere in the input may be in a namespace, or
+name a priority class, that a later document declares, as ``kubectl apply -f app/ -f
+namespaces.yaml`` allows.
 """
 
 from __future__ import annotations
@@ -153,17 +154,19 @@ def read(inputs: Iterable[Source | InputError]) -> Iterator[Item]:
             yield from _parse_yaml(source.name, text)
 
 
-# A document that may declare a Namespace, or a List holding one: worth reading ahead. Every
-# style (block, flow, JSON) writes the kind as the word itself, unless escapes spell it; a
-# document with neither cannot hold one. Reading ahead one that holds none costs time; missing
-# one would change verdicts.
-_MAY_HOLD_NAMESPACE = re.compile(r"Namespace|\\")
+# Kinds whose objects change how others are judged: read ahead, wherever they stand.
+READ_AHEAD_KINDS = frozenset({"Namespace", "PriorityClass"})
+# A document that may declare one, or a List holding one: worth reading ahead. Every style
+# (block, flow, JSON) writes the kind as the word itself, unless escapes spell it; a document
+# with neither cannot hold one. Reading ahead one that holds none costs time; missing one would
+# change verdicts.
+_MAY_HOLD_READ_AHEAD = re.compile(r"Namespace|PriorityClass|\\")
 _DOCUMENT_START = re.compile(r"(?m)^---")
 
 
-def namespace_objects(inputs: Iterable[Source | InputError]) -> Iterator[Obj]:
-    """The Namespace objects of ``inputs``, read ahead: only the documents that can hold one
-    are parsed, and problems are left for ``read`` to report."""
+def read_ahead(inputs: Iterable[Source | InputError]) -> Iterator[Obj]:
+    """The Namespace and PriorityClass objects of ``inputs``, read ahead: only the documents
+    that can hold one are parsed, and problems are left for ``read`` to report."""
     for source in inputs:
         if isinstance(source, InputError):
             continue
@@ -171,13 +174,13 @@ def namespace_objects(inputs: Iterable[Source | InputError]) -> Iterator[Obj]:
         if not isinstance(text, str):
             continue
         if source.name.endswith(".json"):
-            chunks = [text] if _MAY_HOLD_NAMESPACE.search(text) else []
+            chunks = [text] if _MAY_HOLD_READ_AHEAD.search(text) else []
         else:
-            chunks = [c for c in _DOCUMENT_START.split(text) if _MAY_HOLD_NAMESPACE.search(c)]
+            chunks = [c for c in _DOCUMENT_START.split(text) if _MAY_HOLD_READ_AHEAD.search(c)]
         for chunk in chunks:
             parse = _parse_json if source.name.endswith(".json") else _parse_yaml
             for item in parse(source.name, chunk):
-                if isinstance(item, Document) and item.obj.get("kind") == "Namespace":
+                if isinstance(item, Document) and item.obj.get("kind") in READ_AHEAD_KINDS:
                     yield item.obj
 
 

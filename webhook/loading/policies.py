@@ -266,7 +266,11 @@ def _classes(doc: Located, source: str) -> dict[str, WorkloadClass]:
                 source, line, f"spec.classes[{i}].name", f"duplicate class {item['name']!r}"
             )
         classes[item["name"]] = WorkloadClass(
-            item["name"], Placement(item["placement"]), item.get("description", "")
+            item["name"],
+            Placement(item["placement"]),
+            item.get("description", ""),
+            priority_class_name=item.get("priorityClassName"),
+            scheduler_name=item.get("schedulerName"),
         )
     return classes
 

@@ -14,14 +14,15 @@ from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from webhook import engine
-from webhook.admission import review
+from webhook.admission import priorities, review
 from webhook.admission.core import Evaluator
 from webhook.admission.hooks import Admission, Hook, Outcome, answer, internal_error, unavailable
 from webhook.admission.namespaces import NamespaceLookup, no_namespaces
 from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
 from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
-from webhook.errors import BadReview, NamespaceUnknown, OffloadFailed
+from webhook.engine.scheduling import PriorityLookup
+from webhook.errors import BadReview, ClusterStateUnknown, OffloadFailed
 from webhook.loading import jsondoc
 from webhook.server import offload
 from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
@@ -51,6 +52,7 @@ def create_app(
     policy: PolicySource,
     namespaces: NamespaceLookup = no_namespaces,
     *,
+    priority_classes: PriorityLookup | None = None,
     evaluate: Evaluator = engine.evaluate,
     metrics: Metrics | None = None,
     readiness: ReadinessCheck = always_ready,
@@ -63,6 +65,7 @@ def create_app(
     handler = _Handler(
         policy,
         namespaces,
+        priority_classes or priorities.offline(),
         evaluate,
         metrics or Metrics(),
         max_body_bytes,
@@ -85,6 +88,7 @@ class _Handler:
         self,
         policy: PolicySource,
         namespaces: NamespaceLookup,
+        priority_classes: PriorityLookup,
         evaluate: Evaluator,
         metrics: Metrics,
         max_body_bytes: int,
@@ -92,6 +96,7 @@ class _Handler:
         offloaded: offload.Offload,
     ) -> None:
         self.policy, self.namespaces = policy, namespaces
+        self.priority_classes = priority_classes
         self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
         self.gate, self.offload = gate, offloaded
 
@@ -128,13 +133,14 @@ class _Handler:
                 body,
                 policy,
                 self.namespaces,
+                self.priority_classes,
                 timeout=deadline.remaining(),
                 namespace=namespace,
             )
         except OffloadFailed as exc:
             log.warning("large_review_failed", hook=hook.value, error=str(exc))
             return self._busy(hook, body, started)
-        except NamespaceUnknown as exc:
+        except ClusterStateUnknown as exc:
             seconds = time.perf_counter() - started
             self._count(hook, Outcome.ERROR, None, seconds)
             uid = env.uid if env is not None else "?"
@@ -159,7 +165,7 @@ class _Handler:
             return self._bad_request(hook, exc)
         try:
             admission = self._admit(hook, req)
-        except NamespaceUnknown as exc:
+        except ClusterStateUnknown as exc:
             return self._failed(hook, req, time.perf_counter() - started, str(exc))
         except Exception:  # noqa: BLE001 - logged with its traceback by _failed()
             return self._failed(hook, req, time.perf_counter() - started)
@@ -232,7 +238,14 @@ class _Handler:
         policy = self.policy()
         if policy is None:
             return unavailable(req, "preemptguard has no policy loaded yet; retry shortly")
-        return answer(hook, req, policy, self.namespaces, self.evaluate)
+        return answer(
+            hook,
+            req,
+            policy,
+            self.namespaces,
+            self.evaluate,
+            priority_classes=self.priority_classes,
+        )
 
     def _failed(
         self,

@@ -75,6 +75,7 @@ class Metrics:
         self._duration_children: dict[str, Any] = {}
         self._policy_and_certificates(reg)
         self._namespace_cache(reg)
+        self._priorityclass_cache(reg)
 
     def _policy_and_certificates(self, reg: CollectorRegistry) -> None:
         self.policy_reloads = Counter(
@@ -135,6 +136,32 @@ class Metrics:
         self.namespace_watch_errors = Counter(
             "preemptguard_namespace_watch_errors",
             "Failed lists or broken watches of namespaces (each followed by a relist).",
+            registry=reg,
+        )
+
+    def _priorityclass_cache(self, reg: CollectorRegistry) -> None:
+        self.priorityclass_cache_synced = Gauge(
+            "preemptguard_priorityclass_cache_synced",
+            "1 while the PriorityClass cache is listed and watched; 0 when no cluster is "
+            "configured, or while it is unreachable (reviews then read the class they need).",
+            registry=reg,
+            multiprocess_mode="livemin",
+        )
+        self.priorityclass_cache_classes = Gauge(
+            "preemptguard_priorityclass_cache_classes",
+            "PriorityClasses in the cache.",
+            registry=reg,
+            multiprocess_mode="livemax",
+        )
+        self.priorityclass_lookup_failures = Counter(
+            "preemptguard_priorityclass_lookup_failures",
+            "Reviews failed (HTTP 500) because a PriorityClass their class names was not "
+            "cached and could not be read from the API server.",
+            registry=reg,
+        )
+        self.priorityclass_watch_errors = Counter(
+            "preemptguard_priorityclass_watch_errors",
+            "Failed lists or broken watches of PriorityClasses (each followed by a relist).",
             registry=reg,
         )
 

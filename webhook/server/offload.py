@@ -27,6 +27,7 @@ from webhook.admission.hooks import Admission, Hook, answer
 from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
 from webhook.admission.review import Request, loads, parse_review
 from webhook.engine.policy import Policy
+from webhook.engine.scheduling import PriorityClassInfo, PriorityLookup
 from webhook.errors import BadReview, OffloadFailed
 from webhook.loading import collector
 
@@ -64,15 +65,23 @@ Outcome = Answered | BadBody | NeedsNamespace | Failed
 
 @dataclass(frozen=True)
 class _Known:
-    """The one namespace the server has looked up for this review (plain dicts: picklable)."""
+    """The one namespace the server has looked up for this review, and the PriorityClasses
+    the policy names (plain values: picklable). A pod's own class needs no lookup here: the
+    API server has resolved it into spec.priority."""
 
     namespace: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    priority_classes: Mapping[str, PriorityClassInfo | None] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, namespace: str, meta: NamespaceMeta) -> _Known:
-        return cls(namespace, dict(meta.annotations), dict(meta.labels))
+    def of(
+        cls,
+        namespace: str | None,
+        meta: NamespaceMeta,
+        priority_classes: Mapping[str, PriorityClassInfo | None],
+    ) -> _Known:
+        return cls(namespace, dict(meta.annotations), dict(meta.labels), dict(priority_classes))
 
 
 def run_task(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
@@ -95,7 +104,9 @@ def _answer(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
         return NamespaceMeta(annotations=known.annotations, labels=known.labels)
 
     try:
-        admission = answer(hook, request, policy, lookup)
+        admission = answer(
+            hook, request, policy, lookup, priority_classes=known.priority_classes.get
+        )
     except _Missing as missing:
         return NeedsNamespace(missing.namespace)
     except Exception as exc:  # noqa: BLE001 - the server logs it and answers 500
@@ -138,17 +149,24 @@ class Offload:
         body: bytes,
         policy: Policy,
         namespaces: NamespaceLookup,
+        priority_classes: PriorityLookup,
         timeout: float,
         namespace: str | None = None,
     ) -> Outcome:
-        """The child's answer; raises ``NamespaceUnknown`` (from ``namespaces``) or
+        """The child's answer; raises ``ClusterStateUnknown`` (from the lookups) or
         ``OffloadFailed``. ``namespace``, the review's namespace as far as the server could
         tell without reading it, is looked up first so that the child reads it only once."""
         deadline = time.monotonic() + timeout
-        known = _Known() if namespace is None else _Known.of(namespace, namespaces(namespace))
+        named = {
+            c.priority_class_name: priority_classes(c.priority_class_name)
+            for c in policy.classes.values()
+            if c.priority_class_name is not None
+        }
+        meta = NamespaceMeta() if namespace is None else namespaces(namespace)
+        known = _Known.of(namespace, meta, named)
         outcome = self._call((hook, body, policy, known), deadline)
         if isinstance(outcome, NeedsNamespace):
-            known = _Known.of(outcome.namespace, namespaces(outcome.namespace))
+            known = _Known.of(outcome.namespace, namespaces(outcome.namespace), named)
             outcome = self._call((hook, body, policy, known), deadline)
         return outcome
 

@@ -24,6 +24,7 @@ from webhook.server.metrics import (
 )
 from webhook.server.namespaces import NamespaceCache
 from webhook.server.offload import Offload
+from webhook.server.priorityclasses import PriorityClassCache
 from webhook.server.reload import CertStore, PolicyStore, Reloader
 
 log = logs.get_logger("webhook.server.runtime")
@@ -56,6 +57,7 @@ class Runtime:
         self.policies = PolicyStore(options.policies, self.metrics)
         self.certs = CertStore(options.cert_file, options.key_file, self.metrics)
         self.namespaces = NamespaceCache.from_environment(self.metrics)
+        self.priority_classes = PriorityClassCache.from_environment(self.metrics)
         self.reloader = Reloader(
             [self.policies, self.certs, MemorySample(self.metrics)], options.reload_interval
         )
@@ -65,6 +67,7 @@ class Runtime:
         self.app = create_app(
             self.policies.current,
             self.namespaces.lookup,
+            priority_classes=self.priority_classes.lookup,
             evaluate=evaluate,
             metrics=self.metrics,
             readiness=self.readiness,
@@ -74,7 +77,15 @@ class Runtime:
     def readiness(self) -> str | None:
         if self.stopping.is_set():
             return "shutting down"
-        return self.namespaces.not_ready()
+        return self.namespaces.not_ready() or self._priority_classes_not_ready()
+
+    def _priority_classes_not_ready(self) -> str | None:
+        # Only a policy that names priority classes needs them: one that names none keeps
+        # serving where the classes cannot be listed.
+        policy = self.policies.current()
+        if policy is None or all(c.priority_class_name is None for c in policy.classes.values()):
+            return None
+        return self.priority_classes.not_ready()
 
     def hooks(self) -> Hooks:
         return Hooks(
@@ -106,6 +117,7 @@ class Runtime:
         self.certs.publish()
         self.reloader.start()
         self.namespaces.start()
+        self.priority_classes.start()
         self.offload.start()
         policy = self.policies.policy
         log.info(
@@ -123,6 +135,7 @@ class Runtime:
         self.offload.stop()
         self.reloader.stop()
         self.namespaces.stop()
+        self.priority_classes.stop()
 
     def shut(self) -> None:
         """In the arbiter, once every worker has stopped (a no-op in a worker)."""
