@@ -145,11 +145,33 @@ def pod(
     return obj
 
 
-def owned(kind: str, name: str, ns: str = "team", *, uid: str | None = None, **extra: Any) -> Obj:
-    api_version = {"ReplicaSet": "apps/v1", "Deployment": "apps/v1", "Job": "batch/v1",
-                   "StatefulSet": "apps/v1", "DaemonSet": "apps/v1",
-                   "CronJob": "batch/v1"}[kind]  # fmt: skip
+def owned(
+    kind: str,
+    name: str,
+    ns: str = "team",
+    *,
+    uid: str | None = None,
+    api_version: str | None = None,
+    controller: tuple[str, str, str] | None = None,  # (apiVersion, kind, name) of its owner
+    **extra: Any,
+) -> Obj:
+    """A workload as the API server stores it (uid ``uid-NAME`` unless given); ``api_version``
+    for a kind of a CRD, ``controller`` for one made by another object."""
+    api_version = api_version or {"ReplicaSet": "apps/v1", "Deployment": "apps/v1",
+                                  "Job": "batch/v1", "StatefulSet": "apps/v1",
+                                  "DaemonSet": "apps/v1", "CronJob": "batch/v1"}[kind]  # fmt: skip
     meta: Obj = {"name": name, "namespace": ns, "uid": uid or f"uid-{name}"}
+    if controller is not None:
+        owner_version, owner_kind, owner_name = controller
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner_version,
+                "kind": owner_kind,
+                "name": owner_name,
+                "uid": f"uid-{owner_name}",
+                "controller": True,
+            }
+        ]
     meta.update(extra.pop("metadata", {}))
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, **extra}
 

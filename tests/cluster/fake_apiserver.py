@@ -1,6 +1,8 @@
 """An in-memory stand-in for the API server, over plain HTTP, for the live-cluster code.
 
-Enough of the real one's behaviour for ``webhook.cluster``: lists with ``limit``/``continue``,
+Enough of the real one's behaviour for ``webhook.cluster``: discovery (``GET /apis`` and
+``/apis/GROUP``: the groups of the resources it serves, the first version listed preferred),
+lists with ``limit``/``continue``,
 field selectors (``=``, ``==``, ``!=`` on dotted fields) and equality label selectors; watches
 from a resourceVersion (replayed from a log, then live, ended after ``timeoutSeconds``); get,
 create (``generateName``, 409), update (409 on a stale resourceVersion), merge and apply
@@ -32,12 +34,14 @@ from webhook.cluster.access import Access, access_of
 
 Obj = dict[str, Any]
 
-# (group, version, resource) -> (kind, namespaced)
+# (group, version, resource) -> (kind, namespaced). Kubernetes' own first: a kind named without
+# its group (``put`` of an object without apiVersion, ``get("Job", ...)``) is the first listed.
 RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("", "v1", "namespaces"): ("Namespace", False),
     ("", "v1", "nodes"): ("Node", False),
     ("", "v1", "pods"): ("Pod", True),
     ("", "v1", "events"): ("Event", True),
+    ("", "v1", "replicationcontrollers"): ("ReplicationController", True),
     ("apps", "v1", "deployments"): ("Deployment", True),
     ("apps", "v1", "statefulsets"): ("StatefulSet", True),
     ("apps", "v1", "replicasets"): ("ReplicaSet", True),
@@ -46,8 +50,51 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("batch", "v1", "cronjobs"): ("CronJob", True),
     ("coordination.k8s.io", "v1", "leases"): ("Lease", True),
     ("wgpolicyk8s.io", "v1alpha2", "policyreports"): ("PolicyReport", True),
+    # The CRDs of every workload kind of the default policy, at the versions they serve.
+    ("ray.io", "v1", "rayclusters"): ("RayCluster", True),
+    ("ray.io", "v1", "rayjobs"): ("RayJob", True),
+    ("ray.io", "v1", "rayservices"): ("RayService", True),
+    ("ray.io", "v1", "raycronjobs"): ("RayCronJob", True),
+    # The training operator's kinds at v1 (the preferred version), mpi-operator's MPIJob at
+    # v2beta1 only: found at the group's other version.
+    ("kubeflow.org", "v1", "pytorchjobs"): ("PyTorchJob", True),
+    ("kubeflow.org", "v1", "tfjobs"): ("TFJob", True),
+    ("kubeflow.org", "v1", "xgboostjobs"): ("XGBoostJob", True),
+    ("kubeflow.org", "v1", "paddlejobs"): ("PaddleJob", True),
+    ("kubeflow.org", "v1", "jaxjobs"): ("JAXJob", True),
+    ("kubeflow.org", "v2beta1", "mpijobs"): ("MPIJob", True),
+    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"): ("TrainingRuntime", True),
+    ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"): (
+        "ClusterTrainingRuntime",
+        False,
+    ),
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"): ("TrainJob", True),
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets"): ("JobSet", True),
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"): ("LeaderWorkerSet", True),
+    ("disaggregatedset.x-k8s.io", "v1", "disaggregatedsets"): ("DisaggregatedSet", True),
+    ("batch.volcano.sh", "v1alpha1", "jobs"): ("Job", True),
+    ("batch.volcano.sh", "v1alpha1", "cronjobs"): ("CronJob", True),
+    ("flow.volcano.sh", "v1alpha1", "jobtemplates"): ("JobTemplate", True),
+    ("flow.volcano.sh", "v1alpha1", "jobflows"): ("JobFlow", True),
+    ("workload.codeflare.dev", "v1beta2", "appwrappers"): ("AppWrapper", True),
 }
-KINDS = {kind: key for key, (kind, _) in RESOURCES.items()}
+KINDS: dict[str, tuple[str, str, str]] = {}
+GROUP_KINDS: dict[tuple[str, str], tuple[str, str, str]] = {}
+for _key, (_kind, _) in RESOURCES.items():
+    KINDS.setdefault(_kind, _key)
+    GROUP_KINDS.setdefault((_key[0], _kind), _key)
+
+
+def key_of(kind: str, api_version: str | None = None) -> tuple[str, str, str]:
+    """Where objects of ``kind`` are kept: of the group of ``api_version`` when given, else
+    ``Kind.group`` (``Job.batch.volcano.sh``), else the first kind of that name."""
+    if api_version is not None:
+        group, slash, _ = api_version.rpartition("/")
+        return GROUP_KINDS[(group if slash else "", kind)]
+    name, dot, group = kind.partition(".")
+    return GROUP_KINDS[(group, name)] if dot else KINDS[kind]
+
+
 END = object()
 BREAK = object()
 
@@ -115,16 +162,16 @@ class FakeApiServer:
 
     def put(self, obj: Obj) -> Obj:
         """Store ``obj`` as a create would (uid, resourceVersion, creationTimestamp)."""
-        key = KINDS[obj["kind"]]
+        key = key_of(obj["kind"], obj.get("apiVersion"))
         with self._lock:
             return self._create(key, obj.get("metadata", {}).get("namespace", ""), obj)
 
     def get(self, kind: str, name: str, namespace: str = "") -> Obj | None:
-        found = self.objects.get((KINDS[kind], namespace, name))
+        found = self.objects.get((key_of(kind), namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
     def list(self, kind: str, namespace: str | None = None) -> list[Obj]:
-        key = KINDS[kind]
+        key = key_of(kind)
         return [
             copy.deepcopy(o)
             for (k, ns, _), o in sorted(self.objects.items())
@@ -133,7 +180,7 @@ class FakeApiServer:
 
     def modify(self, kind: str, name: str, namespace: str = "", **changes: Any) -> Obj:
         """Merge ``changes`` into the stored object (as a controller's update would)."""
-        key = KINDS[kind]
+        key = key_of(kind)
         with self._lock:
             obj = copy.deepcopy(self.objects[(key, namespace, name)])
             _merge(obj, changes)
@@ -141,7 +188,7 @@ class FakeApiServer:
 
     def remove(self, kind: str, name: str, namespace: str = "") -> None:
         """Gone at once (a delete with grace 0, a kubelet confirming, the pod GC)."""
-        key = KINDS[kind]
+        key = key_of(kind)
         with self._lock:
             obj = self.objects.pop((key, namespace, name), None)
             if obj is not None:
@@ -217,10 +264,40 @@ class FakeApiServer:
                 return self._store(key, namespace, name, updated, "MODIFIED")
             if grace > 0:
                 return copy.deepcopy(obj)
-        self.remove(RESOURCES[key][0], name, namespace)
+        self.remove(f"{RESOURCES[key][0]}.{key[0]}" if key[0] else RESOURCES[key][0], name,
+                    namespace)  # fmt: skip
         return copy.deepcopy(obj)
 
     # --- HTTP -------------------------------------------------------------------------------
+
+    def _groups(self) -> list[Obj]:
+        """The API groups served, as ``GET /apis`` lists them (the core group is not one)."""
+        versions: dict[str, list[str]] = {}
+        for group, version, _ in RESOURCES:
+            if group and (group, version, _) in self.served:
+                listed = versions.setdefault(group, [])
+                if version not in listed:
+                    listed.append(version)
+        return [
+            {
+                "name": group,
+                "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in listed],
+                "preferredVersion": {"groupVersion": f"{group}/{listed[0]}", "version": listed[0]},
+            }
+            for group, listed in versions.items()
+        ]
+
+    def _discovery(self, url_path: str) -> Obj | None:
+        """``GET /apis`` or ``/apis/GROUP``; None for any other path."""
+        parts = [p for p in url_path.split("/") if p]
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": self._groups()}
+        if len(parts) == 2 and parts[0] == "apis":
+            for group in self._groups():
+                if group["name"] == parts[1]:
+                    return {"kind": "APIGroup", "apiVersion": "v1", **group}
+            raise _Status(404, "NotFound", "the server could not find the requested resource")
+        return None
 
     def _route(self, url_path: str) -> tuple[tuple[str, str, str], str | None, str | None]:
         parts = [unquote(p) for p in url_path.split("/") if p]
@@ -290,7 +367,7 @@ class FakeApiServer:
         up large clusters fast."""
         with self._lock:
             for obj in objs:
-                key = KINDS[obj["kind"]]
+                key = key_of(obj["kind"], obj.get("apiVersion"))
                 meta = obj["metadata"]
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", stamp(self.now()))
@@ -363,6 +440,10 @@ class FakeApiServer:
                 q = parse_qs(url.query)
                 try:
                     body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
+                    discovered = fake._discovery(url.path) if method == "GET" else None
+                    if discovered is not None:
+                        self._send(200, discovered)
+                        return
                     key, namespace, name = fake._route(url.path)
                     if method == "GET" and name is None and q.get("watch") == ["true"]:
                         self._stream(key, namespace, q)

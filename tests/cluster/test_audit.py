@@ -14,12 +14,14 @@ import yaml
 from click.testing import CliRunner
 
 from tests.cluster.conftest import namespace, node, owned, pod, template
-from tests.cluster.fake_apiserver import FakeApiServer
+from tests.cluster.fake_apiserver import RESOURCES, FakeApiServer
 from webhook.cli.main import main
 from webhook.cluster import audit as auditing
 from webhook.cluster import reports
+from webhook.cluster.access import audited_kinds
 from webhook.cluster.client import Cluster, ClusterError
 from webhook.engine.policy import Policy
+from webhook.loading.policies import load_policy
 
 CRD = Path(__file__).with_name("policyreport-crd.yaml")
 SELECTOR = {"nodeSelector": {"together.ai/compute-class": "preemptible"}}
@@ -147,7 +149,9 @@ def test_ten_thousand_pods_are_read_in_pages_with_nothing_read_per_pod(
     pod_pages = [r for r in fake.requests if r.path == "/api/v1/pods"]
     assert len(pod_pages) == 20  # 500 per page, as kubectl asks
     assert {r.method for r in fake.requests} == {"GET"}
-    assert all(r.access.verb == "list" for r in fake.requests)
+    # One discovery request (which groups and versions are served), lists otherwise.
+    assert [r.path for r in fake.requests if r.access.non_resource] == ["/apis"]
+    assert all(r.access.verb == "list" for r in fake.requests if not r.access.non_resource)
     assert ("Pod", 10_000) in seen
 
 
@@ -165,10 +169,194 @@ def test_an_expired_continue_token_starts_the_list_again(
 def test_a_cluster_without_batch_v1_cronjobs_is_audited_with_a_note(
     fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
 ) -> None:
-    fake.served.discard(("batch", "v1", "cronjobs"))  # Kubernetes before 1.21
+    fake.served.discard(("batch", "v1", "cronjobs"))  # as 1.20, without batch/v1beta1
     fake.put(namespace("team"))
     snapshot = auditing.read_cluster(connect(), auditing.Scope())
-    assert snapshot.notes == ["batch/v1 CronJob is not served by this cluster: not audited"]
+    assert snapshot.notes == [
+        "CronJob.batch is not served by this cluster (none of batch/v1 serves cronjobs): "
+        "not audited"
+    ]
+
+
+# --- the policy's workload kinds ----------------------------------------------------------
+
+ON_PREEMPTIBLE = {"nodeSelector": {"together.ai/compute-class": "preemptible"}}
+RAY = "ray.io/v1"
+
+
+def _ray_cluster_spec(*, head: Any = None, worker: Any = None) -> Any:
+    return {
+        "headGroupSpec": {"rayStartParams": {}, "template": head or template()},
+        "workerGroupSpecs": [{"groupName": "small", "replicas": 1, "rayStartParams": {},
+                              "template": worker or template()}],
+    }  # fmt: skip
+
+
+def _cluster_with_custom_kinds(fake: FakeApiServer) -> None:
+    """Objects of the default policy's CRD kinds, each mistake made once, and what the
+    operators make of them (controller references to their makers)."""
+    fake.put(namespace("team"))
+    put = fake.put
+    # A RayService whose workers (serving: the kind's template default) require preemptible
+    # nodes, and the RayCluster KubeRay made of it.
+    serving = _ray_cluster_spec(worker=template(**ON_PREEMPTIBLE))
+    put(owned("RayService", "chat", api_version=RAY, spec={"rayClusterConfig": serving}))
+    put(owned("RayCluster", "chat-raycluster-x", api_version=RAY, spec=serving,
+              controller=(RAY, "RayService", "chat")))  # fmt: skip
+    # A RayCronJob whose head (a coordinator) is pinned to preemptible nodes, the RayJob it
+    # made and that RayJob's RayCluster: one mistake, reported on the RayCronJob.
+    pinned = _ray_cluster_spec(head=template(**ON_PREEMPTIBLE))
+    put(owned("RayCronJob", "nightly", api_version=RAY,
+              spec={"schedule": "@daily", "jobTemplate": {"rayClusterSpec": pinned}}))  # fmt: skip
+    put(owned("RayJob", "nightly-x", api_version=RAY, spec={"rayClusterSpec": pinned},
+              controller=(RAY, "RayCronJob", "nightly")))  # fmt: skip
+    put(owned("RayCluster", "nightly-x-raycluster", api_version=RAY, spec=pinned,
+              controller=(RAY, "RayJob", "nightly-x")))  # fmt: skip
+    # The same head in a RayCluster nobody made, and in one whose maker is not there (a uid
+    # that matches nothing read): both judged.
+    put(owned("RayCluster", "hand-made", api_version=RAY, spec=pinned))
+    put(owned("RayCluster", "orphan", api_version=RAY, spec=pinned,
+              controller=(RAY, "RayJob", "gone")))  # fmt: skip
+    # A JobSet with a serving replicated job pinned to preemptible nodes, and its Job.
+    job_template = {"spec": {"template": template("serving", **ON_PREEMPTIBLE)}}
+    put(owned("JobSet", "infer", api_version="jobset.x-k8s.io/v1alpha2",
+              spec={"replicatedJobs": [{"name": "driver", "template": job_template}]}))  # fmt: skip
+    put(owned("Job", "infer-driver-0", spec=job_template["spec"],
+              controller=("jobset.x-k8s.io/v1alpha2", "JobSet", "infer")))  # fmt: skip
+    # A LeaderWorkerSet (serving by default) on preemptible nodes, and its StatefulSet.
+    lws = {"leaderWorkerTemplate": {"workerTemplate": template(**ON_PREEMPTIBLE)}}
+    put(owned("LeaderWorkerSet", "llm", api_version="leaderworkerset.x-k8s.io/v1", spec=lws))
+    put(owned("StatefulSet", "llm", uid="uid-llm-sts",
+              spec={"selector": {}, "template": template(**ON_PREEMPTIBLE)},
+              controller=("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llm")))  # fmt: skip
+    # A Volcano Job (batch.volcano.sh: not a batch Job) with a serving task on preemptible
+    # nodes, made by a Volcano CronJob; a StatefulSet that claims a batch Job of the same
+    # name and uid as its maker is judged: the kinds differ by group.
+    tasks = {"tasks": [{"name": "serve", "template": template("serving", **ON_PREEMPTIBLE)}]}
+    put(owned("CronJob", "vc-nightly", api_version="batch.volcano.sh/v1alpha1",
+              spec={"schedule": "@daily", "jobTemplate": {"spec": tasks}}))  # fmt: skip
+    put(owned("Job", "vc-nightly-1", api_version="batch.volcano.sh/v1alpha1", spec=tasks,
+              controller=("batch.volcano.sh/v1alpha1", "CronJob", "vc-nightly")))  # fmt: skip
+    put(owned("StatefulSet", "claims", uid="uid-claims",
+              spec={"selector": {}, "template": template("serving", **ON_PREEMPTIBLE)},
+              controller=("batch/v1", "Job", "vc-nightly-1")))  # fmt: skip
+    # mpi-operator's MPIJob, served at kubeflow.org/v2beta1 only (v1 is the group's preferred
+    # version, for the training operator's kinds): its launcher pinned to preemptible nodes.
+    put(owned("MPIJob", "allreduce", api_version="kubeflow.org/v2beta1",
+              spec={"mpiReplicaSpecs": {"Launcher": {"template": template(**ON_PREEMPTIBLE)},
+                                        "Worker": {"template": template("interruptible")}}}))  # fmt: skip
+    # A cluster-scoped runtime whose trainer is serving and pinned.
+    runtime = {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+        "spec": {"template": template("serving", **ON_PREEMPTIBLE)}}}]}}}  # fmt: skip
+    crt = owned("ClusterTrainingRuntime", "torch", api_version="trainer.kubeflow.org/v1alpha1",
+                spec=runtime)  # fmt: skip
+    del crt["metadata"]["namespace"]
+    put(crt)
+
+
+def test_every_kind_of_the_policy_is_judged_and_what_an_owner_made_only_through_it(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    _cluster_with_custom_kinds(fake)
+    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    assert _problems(result) == {
+        "RayService/team/chat": ["refused"],
+        "RayCronJob/team/nightly": ["refused"],
+        "RayCluster/team/hand-made": ["refused"],
+        "RayCluster/team/orphan": ["refused"],
+        "JobSet/team/infer": ["refused"],
+        "LeaderWorkerSet/team/llm": ["refused"],
+        "CronJob/team/vc-nightly": ["refused"],
+        "StatefulSet/team/claims": ["refused"],
+        "MPIJob/team/allreduce": ["refused"],
+        "ClusterTrainingRuntime//torch": ["refused"],
+    }
+    judged = {f"{r.kind}/{r.name}" for r in result.results}
+    for made in ("RayCluster/chat-raycluster-x", "RayJob/nightly-x",
+                 "RayCluster/nightly-x-raycluster", "Job/infer-driver-0", "StatefulSet/llm",
+                 "Job/vc-nightly-1"):  # fmt: skip
+        assert made not in judged, made
+    assert not result.notes
+    by_name = {r.name: r for r in result.results}
+    chat = by_name["chat"]
+    assert chat.obj["apiVersion"] == "ray.io/v1"
+    assert "spec.rayClusterConfig.workerGroupSpecs[0].template: class serving" in (
+        chat.problems[0].message
+    )
+    assert by_name["vc-nightly"].obj["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    # Found at the version that serves it, after the group's preferred one did not.
+    assert by_name["allreduce"].obj["apiVersion"] == "kubeflow.org/v2beta1"
+    mpijob_lists = [r.path for r in fake.requests if r.path.endswith("/mpijobs")]
+    assert mpijob_lists == ["/apis/kubeflow.org/v1/mpijobs", "/apis/kubeflow.org/v2beta1/mpijobs"]
+    assert by_name["torch"].namespace == ""
+    assert result.summary()["workloads"] == 10  # those ten: nothing they made
+
+
+def test_namespaced_audits_leave_cluster_scoped_kinds_alone(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    _cluster_with_custom_kinds(fake)
+    scope = auditing.Scope(namespaces=("team",))
+    result = auditing.audit(auditing.read_cluster(connect(), scope), policy, scope)
+    assert "ClusterTrainingRuntime//torch" not in _problems(result)
+    assert "RayService/team/chat" in _problems(result)
+    assert not [r for r in fake.requests if "clustertrainingruntimes" in r.path]
+    assert [r.path for r in fake.requests if r.path.endswith("/rayservices")] == [
+        "/apis/ray.io/v1/namespaces/team/rayservices"
+    ]
+
+
+def test_groups_the_cluster_does_not_serve_are_noted_once_and_never_listed(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    own = {"", "apps", "batch", "coordination.k8s.io", "wgpolicyk8s.io"}
+    fake.served = {key for key in RESOURCES if key[0] in own}  # no CRD installed
+    fake.put(namespace("team"))
+    fake.put(owned("Deployment", "web", spec={"selector": {}, "template": template()}))
+    snapshot = auditing.read_cluster(connect(), auditing.Scope())
+    assert snapshot.notes == [
+        "API groups not served by this cluster (their workload kinds are not audited): "
+        "ray.io, kubeflow.org, trainer.kubeflow.org, jobset.x-k8s.io, leaderworkerset.x-k8s.io, "
+        "disaggregatedset.x-k8s.io, batch.volcano.sh, flow.volcano.sh, workload.codeflare.dev"
+    ]
+    assert [w["metadata"]["name"] for w in snapshot.workloads] == ["web"]
+    listed_groups = {r.access.group for r in fake.requests if not r.access.non_resource}
+    assert listed_groups == {"", "apps", "batch"}
+
+
+def test_the_kinds_listed_are_the_given_policys(
+    fake: FakeApiServer, connect: Callable[[], Cluster], tmp_path: Path
+) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        """\
+apiVersion: preemptguard.together.ai/v1alpha1
+kind: PlacementPolicy
+metadata: {name: own}
+spec:
+  classes: [{name: serving, placement: standard}]
+  workloadKinds:
+    - group: ray.io
+      kind: RayService
+      templates:
+        - path: "spec.rayClusterConfig.workerGroupSpecs[*].template"
+          defaultClass: serving
+    - group: example.com
+      kind: Trainer
+      templates: [{path: spec.template}]
+"""
+    )
+    own = load_policy(tmp_path)
+    assert [k.kind for k in audited_kinds(own)] == ["RayService", "Trainer"]
+    _cluster_with_custom_kinds(fake)
+    fake.reset_requests()
+    snapshot = auditing.read_cluster(connect(), auditing.Scope(), policy=own)
+    listed = {r.access.resource for r in fake.requests if not r.access.non_resource}
+    assert listed == {"namespaces", "nodes", "pods", "daemonsets", "rayservices"}
+    assert snapshot.notes == [
+        "API groups not served by this cluster (their workload kinds are not audited): example.com"
+    ]
+    result = auditing.audit(snapshot, own)
+    assert _problems(result) == {"RayService/team/chat": ["refused"]}
 
 
 def test_namespace_and_label_filters_reach_the_lists(

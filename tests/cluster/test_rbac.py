@@ -1,7 +1,8 @@
 """The RBAC of ``manifests/components/observer/`` against the API calls the code makes, both
-ways: the shipped rules are exactly the permissions ``webhook.cluster.access`` declares, and the
-calls each part makes through the fake API server are exactly those it declares (nothing
-undeclared, nothing declared and never used). Plus the component's objects themselves."""
+ways: the shipped rules are exactly the permissions ``webhook.cluster.access`` declares (the
+audit role's are generated from the default policy's workload kinds), and the calls each part
+makes through the fake API server are exactly those it declares (nothing undeclared, nothing
+declared and never used). Plus the component's objects themselves."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from harness import REPO
 from harness.manifests import Tree, find, prepare_tree
 from tests.cluster import test_drill, test_observer
 from tests.cluster.conftest import FakeClock
@@ -22,18 +24,22 @@ from webhook.cli.observe import observe_command
 from webhook.cluster import audit as auditing
 from webhook.cluster import drill, reports
 from webhook.cluster.access import (
-    AUDIT,
+    AUDIT_BASE,
     AUDIT_REPORTS,
-    CLUSTER_ROLES,
+    DISCOVERY,
     DRILL,
     LEASE_ROLE,
     OBSERVER,
     OBSERVER_LEASE,
     Access,
     access_of,
+    audit_access,
+    audit_rules,
+    cluster_roles,
 )
 from webhook.cluster.client import Cluster
 from webhook.engine.policy import Policy
+from webhook.loading.policies import builtin_policy, load_policy
 
 COMPONENT_EXAMPLE = """\
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -49,9 +55,13 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
+    return prepare_tree(tmp_path_factory.mktemp("manifests"))
+
+
+@pytest.fixture(scope="module")
+def rendered(tree: Tree) -> list[Obj]:
     """The self-managed overlay with the observer component, through a real kustomize."""
-    tree: Tree = prepare_tree(tmp_path_factory.mktemp("manifests"))
     example = tree.root / "overlays" / "with-observer"
     example.mkdir()
     (example / "kustomization.yaml").write_text(COMPONENT_EXAMPLE)
@@ -76,18 +86,72 @@ def _granted(rules: list[Obj]) -> set[Access]:
     }
 
 
+CLUSTER_ROLES = cluster_roles(builtin_policy())
+
+
 def test_each_shipped_cluster_role_grants_exactly_what_its_part_declares(
-    rendered: list[Obj],
+    rendered: list[Obj], tree: Tree
 ) -> None:
     roles = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ClusterRole"}
     for name, declared in CLUSTER_ROLES.items():
         assert _granted(roles[name]["rules"]) == declared, name
         assert all("resourceNames" not in r for r in roles[name]["rules"]), name
     # The webhook's own role is untouched by the component.
-    assert _granted(roles["preemptguard"]["rules"]) == {
-        Access("", "namespaces", v) for v in ("get", "list", "watch")
-    }
+    without = find(tree.render("self-managed"), "ClusterRole", "preemptguard")
+    assert roles["preemptguard"]["rules"] == without["rules"]
+    assert Access("", "namespaces", "get") in _granted(without["rules"])
     assert set(roles) == {"preemptguard", *CLUSTER_ROLES}
+
+
+def test_the_audit_role_is_the_one_generated_from_the_default_policy(
+    rendered: list[Obj],
+) -> None:
+    """The shipped rules, rule by rule, are ``audit_rules`` of policies/default (the policy the
+    base ships): a kind added to the policy fails here until the role lists it too."""
+    shipped_policy = load_policy(REPO / "policies" / "default")
+    expected = audit_rules(shipped_policy)
+    assert find(rendered, "ClusterRole", "preemptguard-audit")["rules"] == expected
+    granted = _granted(expected)
+    # Every kind the policy judges, at every version, and nothing of the kinds it leaves alone
+    # but the DaemonSets the audit reads to trust DaemonSet pods.
+    assert Access("ray.io", "rayservices", "list") in granted
+    assert Access("trainer.kubeflow.org", "clustertrainingruntimes", "list") in granted
+    assert Access("batch.volcano.sh", "jobs", "list") in granted
+    assert Access("", "replicationcontrollers", "list") in granted
+    assert Access("apps", "daemonsets", "list") in granted
+    assert {a.verb for a in granted} == {"list"}
+    assert granted == audit_access(shipped_policy) >= AUDIT_BASE
+
+
+def test_a_policy_with_kinds_of_its_own_needs_a_role_that_lists_them(tmp_path: Path) -> None:
+    policy_dir = tmp_path / "policy"
+    policy_dir.mkdir()
+    (policy_dir / "policy.yaml").write_text(
+        """\
+apiVersion: preemptguard.together.ai/v1alpha1
+kind: PlacementPolicy
+metadata: {name: own}
+spec:
+  classes: [{name: interruptible, placement: preemptible}]
+  workloadKinds:
+    - group: example.com
+      kind: Trainer
+      templates: [{path: spec.template}]
+    - group: apps
+      kind: Deployment
+      templates: [{path: spec.template}]
+    - group: apps
+      kind: StatefulSet
+      ignore: not ours
+      templates: [{path: spec.template}]
+"""
+    )
+    rules = audit_rules(load_policy(policy_dir))
+    assert rules == [
+        {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["list"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["list"]},
+        {"apiGroups": ["example.com"], "resources": ["trainers"], "verbs": ["list"]},
+    ]
 
 
 def test_the_lease_role_is_one_lease_in_the_webhooks_namespace(rendered: list[Obj]) -> None:
@@ -166,6 +230,12 @@ def test_access_of_derives_the_verbs_the_rbac_authorizer_checks() -> None:
     assert access_of("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l") == Access(
         "coordination.k8s.io", "leases", "update"
     )
+    # Discovery is a non-resource URL (system:discovery grants it to everyone authenticated).
+    assert access_of("GET", "/apis") == Access("", "/apis", "get")
+    assert access_of("GET", "/apis/ray.io/v1") == Access("", "/apis/ray.io/v1", "get")
+    assert access_of("GET", "/api/v1") == Access("", "/api/v1", "get")
+    assert access_of("GET", "/apis/ray.io/v1/rayjobs") == Access("ray.io", "rayjobs", "list")
+    assert str(access_of("GET", "/apis")) == "get /apis"
 
 
 def test_the_calls_each_part_makes_are_exactly_the_declared_ones(
@@ -175,9 +245,10 @@ def test_the_calls_each_part_makes_are_exactly_the_declared_ones(
     _cluster_of(fake, policy)
     cluster = connect()
     result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
-    assert cluster.calls == AUDIT
+    # The fake serves every kind of the default policy: each is listed, once.
+    assert cluster.calls == audit_access(policy) | DISCOVERY
     reports.write(cluster, result, policy, now=0)
-    assert cluster.calls - AUDIT == AUDIT_REPORTS
+    assert cluster.calls - audit_access(policy) - DISCOVERY == AUDIT_REPORTS
 
     # the drill, through to the uncordon, on a clock of its own
     clock = FakeClock()
@@ -210,7 +281,9 @@ def test_the_observer_makes_exactly_the_calls_it_declares(
     finally:
         run.halt()
     # The periodic audit and its reports run with the audit roles bound to the observer.
-    assert run.cluster.calls == OBSERVER | OBSERVER_LEASE | AUDIT | AUDIT_REPORTS
+    assert run.cluster.calls == (
+        OBSERVER | OBSERVER_LEASE | audit_access(policy) | DISCOVERY | AUDIT_REPORTS
+    )
 
 
 FAST_RENEWAL = 3 * test_observer.FAST_LEASE.retry

@@ -1,9 +1,11 @@
 """The live-cluster commands on the real control plane, as users run them (subprocesses), each
 with the rights the shipped roles of ``manifests/components/observer`` grant and nothing else:
 
-- ``preemptguard audit`` finds the pods created while the webhook was switched off (and a
-  workload it would refuse), not those it admitted, and writes PolicyReports that the API
-  server stores as written (the CRD's structural schema prunes any field it lacks);
+- ``preemptguard audit`` finds the pods created while the webhook was switched off (and the
+  workloads it would refuse), not those it admitted, and writes PolicyReports that the API
+  server stores as written (the CRD's structural schema prunes any field it lacks); with the
+  GPU operators' upstream CRDs installed (1.37), it judges their kinds too, each mistake once
+  (a RayCluster a RayService made, a Job a JobSet made, are judged through their maker);
 - ``preemptguard drill`` rehearses a reclaim of a preemptible node while two
   ``preemptguard observe`` replicas watch: with no kubelet, the test decides when each pod
   "exits" (a delete with grace 0 at a chosen time, one of them after its grace ran out, one
@@ -33,7 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import REPO, cluster
-from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD
+from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD, WORKLOAD
 from harness.controlplane import ControlPlane
 from harness.kube import Kube, KubeError, write_kubeconfig
 from harness.manifests import NAMESPACE, Tree, kustomize
@@ -44,6 +46,9 @@ from harness.webhook import (
     register,
     unregister,
 )
+from tests.e2e import upstream
+from webhook.cluster.access import audited_kinds
+from webhook.loading.policies import builtin_policy
 
 pytestmark = pytest.mark.e2e
 
@@ -203,6 +208,37 @@ def webhook_switched_off(
         register(kube, server, base)
 
 
+def _expected_notes(kube: Kube) -> list[str]:
+    """What the audit notes about the default policy's kinds on this API server: the groups
+    discovery does not list (those of CRDs not installed), in the policy's order. Kubernetes'
+    own kinds are all served: 1.20's CronJobs at batch/v1beta1, found there."""
+    discovered = {group["name"]: group for group in kube.get("/apis")["groups"]}
+    kinds = audited_kinds(builtin_policy())
+    groups = dict.fromkeys(k.group for k in kinds if k.group)
+    missing = [g for g in groups if g not in discovered]
+    prefix = "API groups not served by this cluster (their workload kinds are not audited): "
+    notes = [prefix + ", ".join(missing)] if missing else []
+    # A group that is served but lacks one of the kinds (an older CRD release): named per kind.
+    for kind in kinds:
+        if not kind.group or kind.group not in discovered or kind.cluster_scoped:
+            continue
+        group = discovered[kind.group]
+        preferred = group["preferredVersion"]["version"]
+        versions = [preferred] + [
+            v["version"] for v in group["versions"] if v["version"] != preferred
+        ]
+        if not any(
+            kind.plural in {r["name"] for r in kube.get(f"/apis/{kind.group}/{v}")["resources"]}
+            for v in versions
+        ):
+            tried = ", ".join(f"{kind.group}/{v}" for v in versions)
+            notes.append(
+                f"{kind.name} is not served by this cluster (none of {tried} serves "
+                f"{kind.plural}): not audited"
+            )
+    return notes
+
+
 def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
     kube: Kube,
     nodes: dict[str, str],
@@ -213,6 +249,7 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
 ) -> None:
     placed = cluster.unique("audit-placed")
     late = cluster.unique("audit-late")
+    old_server = int(kube.get("/version")["minor"].rstrip("+")) < 21
     cluster.create_namespace(kube, placed)
     cluster.create_namespace(
         kube, late, annotations={"together.ai/default-workload": "interruptible"}
@@ -231,6 +268,13 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
                         "template": template}}  # fmt: skip
         kube.create(f"/apis/apps/v1/namespaces/{late}/deployments", web)
+        # A CronJob, as each release serves it (1.20: batch/v1beta1 only), suspended.
+        batch = "batch/v1beta1" if old_server else "batch/v1"
+        nightly = {"apiVersion": batch, "kind": "CronJob", "metadata": {"name": "nightly"},
+                   "spec": {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": {
+                       "template": {**template, "spec": {**template["spec"],
+                                                         "restartPolicy": "Never"}}}}}}  # fmt: skip
+        kube.create(f"/apis/{batch}/namespaces/{late}/cronjobs", nightly)
     for ns, name in (
         (placed, "sweep"),
         (placed, "api"),
@@ -254,19 +298,20 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
         (late, "Pod", "api"): ["critical-on-preemptible", "unplaced"],
         (late, "Pod", "eval"): ["unplaced"],
         (late, "Deployment", "web"): ["refused"],
+        (late, "CronJob", "nightly"): ["refused"],
     }
     api = next(r for r in doc["results"] if r["name"] == "api")
     assert (api["node"], api["nodeClass"], api["phase"], api["class"]) == (
         "preemptible-1", "preemptible", "Pending", "serving")  # fmt: skip
     assert doc["reports"] == sorted([placed, late])
-    # 1.20 serves CronJobs as batch/v1beta1 only: the audit says what it could not read.
-    cronjobs = "batch/v1 CronJob is not served by this cluster: not audited"
-    old_server = int(kube.get("/version")["minor"].rstrip("+")) < 21
-    assert doc["notes"] == ([cronjobs] if old_server else [])
+    # Read at the version the release serves: batch/v1beta1 on 1.20, found by discovery.
+    nightly_found = next(r for r in doc["results"] if r["name"] == "nightly")
+    assert nightly_found["reasons"], nightly_found
+    assert doc["notes"] == _expected_notes(kube)
     assert took < 30
 
     late_report = kube.get(REPORTS.format(late))
-    assert late_report["summary"] == {"pass": 0, "fail": 6, "warn": 0, "error": 0, "skip": 0}
+    assert late_report["summary"] == {"pass": 0, "fail": 7, "warn": 0, "error": 0, "skip": 0}
     # Stored as written: the CRD's schema would have pruned any field it does not define.
     result = late_report["results"][0]
     assert set(result) == {"policy", "rule", "category", "result", "severity", "scored",
@@ -284,6 +329,77 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
         f"Pod {late}/api  class=serving (annotation)  node=preemptible-1 (preemptible)  Pending"
         in text.stdout
     )
+
+
+@pytest.mark.releases("1.37", reason="the upstream CRDs need 1.25+ (see test_workload_kinds)")
+def test_audit_judges_the_operators_kinds_and_what_they_made_through_them(
+    kube: Kube,
+    nodes: dict[str, str],
+    webhook: WebhookServer,
+    base_objects: list[Obj],
+    identities: Identities,
+) -> None:
+    """With the upstream CRDs installed, the auditor (the shipped audit role, nothing more)
+    lists RayServices, RayClusters, RayJobs, JobSets and Jobs: a RayService and a JobSet
+    created while the webhook was off are refused, the RayCluster and the Job made from them
+    (controller references, as KubeRay and JobSet set them) are not judged again, and an
+    admitted RayJob is clean."""
+    try:
+        upstream.installed(kube)
+    except (upstream.UpstreamError, TimeoutError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    ns = cluster.unique("audit-kinds")
+    cluster.create_namespace(kube, ns)
+    samples = REPO / "tests" / "fixtures" / "upstream"
+
+    def sample(relative: str, kind: str) -> Obj:
+        docs = yaml.safe_load_all((samples / relative).read_text())
+        return next(d for d in docs if isinstance(d, dict) and d.get("kind") == kind)
+
+    def owner(obj: Obj) -> list[Obj]:
+        meta = obj["metadata"]
+        return [{"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                 "uid": meta["uid"], "controller": True}]  # fmt: skip
+
+    ray = f"/apis/ray.io/v1/namespaces/{ns}"
+    jobsets = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}"
+    with webhook_switched_off(kube, webhook, base_objects, ns):
+        rayservice = sample("kuberay/modified/rayservice-workers-on-preemptible.yaml", "RayService")
+        made = kube.create(f"{ray}/rayservices", rayservice).body
+        raycluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                      "metadata": {"name": "rayservice-sample-raycluster-x",
+                                   "ownerReferences": owner(made)},
+                      "spec": rayservice["spec"]["rayClusterConfig"]}  # fmt: skip
+        kube.create(f"{ray}/rayclusters", raycluster)
+        jobset = sample("jobset/paralleljobs.yaml", "JobSet")
+        driver = jobset["spec"]["replicatedJobs"][1]["template"]
+        driver["spec"]["template"]["metadata"] = {"annotations": {WORKLOAD: "serving"}}
+        driver["spec"]["template"]["spec"]["nodeSelector"] = {CLASS_LABEL: PREEMPTIBLE}
+        driver["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+        made = kube.create(f"{jobsets}/jobsets", jobset).body
+        job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "paralleljobs-driver-0", "ownerReferences": owner(made)},
+               "spec": {**driver["spec"], "suspend": True}}  # fmt: skip
+        kube.create(f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    rayjob = sample("kuberay/ray-job.sample.yaml", "RayJob")
+    workers = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
+    workers.setdefault("metadata", {})["annotations"] = {WORKLOAD: "interruptible"}
+    kube.create(f"{ray}/rayjobs", rayjob)  # through the webhook: admitted
+
+    out = _preemptguard(identities.auditor, "audit", "-n", ns, "-o", "json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    found = {(r["kind"], r["name"]): sorted(p["code"] for p in r["problems"])
+             for r in doc["results"]}  # fmt: skip
+    assert found == {("RayService", "rayservice-sample"): ["refused"],
+                     ("JobSet", "paralleljobs"): ["refused"]}  # fmt: skip
+    rayservice_found = next(r for r in doc["results"] if r["kind"] == "RayService")
+    assert any("spec.rayClusterConfig.workerGroupSpecs[0].template: class serving" in reason
+               for reason in rayservice_found["reasons"])  # fmt: skip
+    # The RayService, the JobSet and the RayJob: the RayCluster and the Job are their makers'.
+    assert doc["summary"]["workloads"] == 3
+    assert doc["notes"] == _expected_notes(kube)
+    assert "ray.io" not in " ".join(doc["notes"])
 
 
 def test_the_shipped_roles_grant_the_live_commands_nothing_more(

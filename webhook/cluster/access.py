@@ -3,24 +3,37 @@
 Declared once, here, beside the code: ``tests/cluster/test_rbac.py`` checks both ways that the
 ClusterRoles in ``manifests/components/observer/`` grant exactly these and nothing more, and
 that the calls recorded while the tests run (``Cluster.calls``) are all declared and all made.
+The audit's role follows the policy: it lists every workload kind the policy judges
+(``audit_access``), so the shipped role is the default policy's (``audit_rules``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
+
+from webhook.engine.evaluation import kinds_of
+from webhook.engine.policy import Policy, WorkloadKind
 
 
 @dataclass(frozen=True, order=True)
 class Access:
-    """One RBAC permission: a verb on a resource of an API group ("" is the core group)."""
+    """One RBAC permission: a verb on a resource of an API group ("" is the core group), or
+    on a non-resource URL (``resource`` is then the path, such as ``/apis``)."""
 
     group: str
     resource: str
     verb: str
 
+    @property
+    def non_resource(self) -> bool:
+        return self.resource.startswith("/")
+
     def __str__(self) -> str:
+        if self.non_resource:
+            return f"{self.verb} {self.resource}"
         group = self.group or "core"
         return f"{self.verb} {self.resource}.{group}"
 
@@ -33,19 +46,20 @@ def _union(*parts: Iterable[Access]) -> frozenset[Access]:
     return frozenset(a for part in parts for a in part)
 
 
-# `preemptguard audit`: one paginated list of each kind, nothing per object.
-AUDIT = _union(
+# API discovery (which groups and versions the cluster serves). The built-in ClusterRole
+# system:discovery grants it to every authenticated user: no shipped role needs to.
+DISCOVERY = frozenset({Access("", "/apis", "get")})
+
+# `preemptguard audit`: one paginated list of each kind, nothing per object. These whatever the
+# policy; `audit_access` adds the policy's workload kinds.
+AUDIT_BASE = _union(
     _grant("", "namespaces", "list"),
     _grant("", "nodes", "list"),
     _grant("", "pods", "list"),
-    _grant("apps", "deployments", "list"),
-    _grant("apps", "statefulsets", "list"),
-    _grant("apps", "replicasets", "list"),
     # Only to confirm that the DaemonSet a pod names as its controller exists (see inventory).
     _grant("apps", "daemonsets", "list"),
-    _grant("batch", "jobs", "list"),
-    _grant("batch", "cronjobs", "list"),
 )
+
 
 # `preemptguard audit --report`: the reports it wrote before (to clear those of namespaces now
 # clean), and server-side apply, which creates a report the first time.
@@ -73,13 +87,47 @@ DRILL = _union(
     _grant("", "events", "create"),
 )
 
-# The shipped roles, by name (manifests/components/observer/).
-CLUSTER_ROLES: Mapping[str, frozenset[Access]] = {
-    "preemptguard-audit": AUDIT,
-    "preemptguard-audit-reports": AUDIT_REPORTS,
-    "preemptguard-observer": OBSERVER,
-    "preemptguard-drill": DRILL,
-}
+
+def audited_kinds(policy: Policy) -> list[WorkloadKind]:
+    """The workload kinds ``preemptguard audit`` lists and judges: every kind of the policy
+    but those it leaves alone (``ignore``, such as DaemonSets), in the policy's order."""
+    return [k for k in kinds_of(policy).values() if k.ignore is None]
+
+
+def audit_access(policy: Policy) -> frozenset[Access]:
+    """What ``preemptguard audit`` lists with ``policy``: ``AUDIT_BASE`` and every kind of
+    ``audited_kinds``, at whichever version the cluster serves it (RBAC names no version)."""
+    return AUDIT_BASE | frozenset(Access(k.group, k.plural, "list") for k in audited_kinds(policy))
+
+
+def audit_rules(policy: Policy) -> list[dict[str, Any]]:
+    """``audit_access(policy)`` as the rules of a ClusterRole: one rule per API group, the core
+    group first, then ``apps``, then in the order the policy first names each group; within a
+    group ``AUDIT_BASE``'s resources, then the policy's in its order."""
+    resources: dict[str, list[str]] = {}
+    for access in sorted(AUDIT_BASE):
+        resources.setdefault(access.group, []).append(access.resource)
+    for kind in audited_kinds(policy):
+        listed = resources.setdefault(kind.group, [])
+        if kind.plural not in listed:
+            listed.append(kind.plural)
+    return [
+        {"apiGroups": [group], "resources": listed, "verbs": ["list"]}
+        for group, listed in resources.items()
+    ]
+
+
+def cluster_roles(policy: Policy) -> Mapping[str, frozenset[Access]]:
+    """The shipped roles, by name (manifests/components/observer/), as ``policy`` needs them:
+    the shipped ones are the default policy's."""
+    return {
+        "preemptguard-audit": audit_access(policy),
+        "preemptguard-audit-reports": AUDIT_REPORTS,
+        "preemptguard-observer": OBSERVER,
+        "preemptguard-drill": DRILL,
+    }
+
+
 LEASE_ROLE = "preemptguard-observer-lease"
 
 
@@ -91,6 +139,10 @@ def access_of(method: str, path: str, query: str | Mapping[str, list[str]] = "")
     """
     params = parse_qs(query) if isinstance(query, str) else query
     parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if _discovery(parts):
+        if method.upper() != "GET":
+            raise ValueError(f"no RBAC verb for {method} on {path}")
+        return Access("", "/" + "/".join(parts), "get")
     if parts[:1] == ["api"]:
         group, rest = "", parts[2:]
     elif parts[:1] == ["apis"] and len(parts) >= 3:
@@ -106,6 +158,14 @@ def access_of(method: str, path: str, query: str | Mapping[str, list[str]] = "")
     if len(rest) >= 3:
         resource = f"{resource}/{rest[2]}"
     return Access(group, resource, _verb(method.upper(), named, params))
+
+
+def _discovery(parts: list[str]) -> bool:
+    """``/api``, ``/api/v1``, ``/apis``, ``/apis/GROUP`` and ``/apis/GROUP/VERSION``: what the
+    API serves, authorized as non-resource URLs."""
+    if parts[:1] == ["apis"]:
+        return len(parts) <= 3
+    return parts[:1] == ["api"] and len(parts) <= 2
 
 
 def _verb(method: str, named: bool, params: Mapping[str, list[str]]) -> str:

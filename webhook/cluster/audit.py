@@ -12,24 +12,36 @@ class), and every workload template as the validating webhook judges it. What is
   the window and above its checkpoint): the mutating webhook would patch it;
 - ``critical-on-preemptible``: a pod of a standard-only class bound to a preemptible node;
 - ``interruptible-on-standard``: a pod of a preemptible-only class bound to a standard node.
+
+The workloads are every kind of the policy's ``workloadKinds`` but those it leaves alone (its
+CRDs' kinds beside Kubernetes' own), each listed at the version the cluster serves: API
+discovery says which groups it serves and their preferred version (a kind the preferred
+version lacks is looked for at the group's other versions), and a group or kind it does not
+serve is noted, not an error. An object whose controller is an object of a listed kind that
+the audit judges too (a Deployment's ReplicaSets, a CronJob's Jobs, the RayCluster of a
+RayJob or RayService, a JobSet's Jobs, a LeaderWorkerSet's StatefulSets, what an AppWrapper
+wraps) carries its owner's template: it is not judged again, so one mistake is reported once
+(the owner's own owner may cover it in turn: a RayCronJob its RayJobs).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.core import Judgement, Subject, judge
 from webhook.admission.namespaces import NamespaceMeta
 from webhook.cluster import inventory
+from webhook.cluster.access import audited_kinds
 from webhook.cluster.client import Cluster, ClusterError, path
 from webhook.cluster.inventory import PREEMPTIBLE, STANDARD, Creators
 from webhook.engine.decision import Obj
 from webhook.engine.findings import shorten
-from webhook.engine.policy import Placement, Policy
-from webhook.engine.workloads import mapping_at, string_map
+from webhook.engine.policy import Placement, Policy, WorkloadKind
+from webhook.engine.workloads import api_group, mapping_at, string_map
+from webhook.loading.policies import builtin_policy
 
 # Pods that still run or wait to: finished pods hold no capacity and will not run again.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -54,28 +66,9 @@ class Problem:
         return {"code": self.code.value, "severity": self.severity, "message": self.message}
 
 
-@dataclass(frozen=True, kw_only=True)
-class WorkloadType:
-    """A kind the audit lists: where, and which of its objects another one already covers."""
-
-    kind: str
-    group: str
-    version: str
-    resource: str
-
-
-POD = WorkloadType(kind="Pod", group="", version="v1", resource="pods")
-WORKLOAD_TYPES = (
-    WorkloadType(kind="Deployment", group="apps", version="v1", resource="deployments"),
-    WorkloadType(kind="StatefulSet", group="apps", version="v1", resource="statefulsets"),
-    WorkloadType(kind="ReplicaSet", group="apps", version="v1", resource="replicasets"),
-    WorkloadType(kind="Job", group="batch", version="v1", resource="jobs"),
-    WorkloadType(kind="CronJob", group="batch", version="v1", resource="cronjobs"),
-)
-DAEMONSETS = WorkloadType(kind="DaemonSet", group="apps", version="v1", resource="daemonsets")
-# A ReplicaSet a Deployment made has the Deployment's template, a Job a CronJob made the
-# CronJob's: judging both would report one mistake twice.
-COVERED_BY = {"ReplicaSet": "Deployment", "Job": "CronJob"}
+# Read whatever the policy says: only to confirm that the DaemonSet a pod names as its
+# controller exists (see inventory).
+DAEMONSETS = WorkloadKind(group="apps", kind="DaemonSet", templates=(), resource="daemonsets")
 
 
 @dataclass(frozen=True)
@@ -107,8 +100,20 @@ class Snapshot:
     pages: int = 0
 
 
-def read_cluster(cluster: Cluster, scope: Scope, progress: Progress | None = None) -> Snapshot:
-    """List everything the audit judges, page by page; raises ``ClusterError``."""
+def read_cluster(
+    cluster: Cluster,
+    scope: Scope,
+    progress: Progress | None = None,
+    *,
+    policy: Policy | None = None,
+) -> Snapshot:
+    """List everything the audit judges by ``policy`` (default: the built-in one), page by
+    page; raises ``ClusterError``.
+
+    Pass the policy the audit will judge by: its workload kinds are what is listed.
+    Cluster-scoped kinds are listed only when every namespace is in scope.
+    """
+    kinds = audited_kinds(policy if policy is not None else builtin_policy())
     snap = Snapshot()
     snap.namespaces = _list(cluster, snap, path("namespaces"), "Namespace", None, progress)
     snap.nodes = _list(cluster, snap, path("nodes"), "Node", None, progress)
@@ -117,23 +122,83 @@ def read_cluster(cluster: Cluster, scope: Scope, progress: Progress | None = Non
     for namespace in scope.namespaces or (None,):
         where = path("pods", namespace=namespace)
         snap.pods += _list(cluster, snap, where, "Pod", pod_params, progress, api_version="v1")
-    for wtype in (*WORKLOAD_TYPES, DAEMONSETS):
-        for namespace in scope.namespaces or (None,):
-            where = path(wtype.resource, group=wtype.group, version=wtype.version,
-                         namespace=namespace)  # fmt: skip
-            api_version = f"{wtype.group}/{wtype.version}"
-            params = labels if wtype is not DAEMONSETS else {}
-            try:
-                found = _list(cluster, snap, where, wtype.kind, params, progress, api_version)
-            except ClusterError as exc:
-                if not exc.not_found:
-                    raise
-                snap.notes.append(
-                    f"{api_version} {wtype.kind} is not served by this cluster: not audited"
-                )
-                break
-            (snap.daemonsets if wtype is DAEMONSETS else snap.workloads).extend(found)
+    served = served_versions(cluster)
+    unserved: list[str] = []
+    for kind in (*kinds, DAEMONSETS):
+        if kind.cluster_scoped and not scope.everywhere:
+            continue
+        versions = ["v1"] if not kind.group else served.get(kind.group)
+        if not versions:
+            if kind.group not in unserved:
+                unserved.append(kind.group)
+            continue
+        params = labels if kind is not DAEMONSETS else {}
+        found = _list_kind(cluster, snap, kind, versions, scope, params, progress)
+        if found is None:
+            tried = ", ".join(f"{kind.group}/{v}" if kind.group else v for v in versions)
+            snap.notes.append(
+                f"{kind.name} is not served by this cluster (none of {tried} serves "
+                f"{kind.plural}): not audited"
+            )
+        else:
+            (snap.daemonsets if kind is DAEMONSETS else snap.workloads).extend(found)
+    if unserved:
+        snap.notes.insert(
+            0,
+            "API groups not served by this cluster (their workload kinds are not audited): "
+            + ", ".join(unserved),
+        )
     return snap
+
+
+def served_versions(cluster: Cluster) -> dict[str, list[str]]:
+    """The API groups the cluster serves (the core group aside), each with its versions, the
+    preferred one first, from one discovery request (``GET /apis``)."""
+    groups = cluster.get("/apis").get("groups")
+    served: dict[str, list[str]] = {}
+    for group in groups if isinstance(groups, list) else []:
+        if not isinstance(group, dict) or not isinstance(group.get("name"), str):
+            continue
+        versions = [
+            v["version"]
+            for v in group.get("versions") or []
+            if isinstance(v, dict) and isinstance(v.get("version"), str)
+        ]
+        preferred = mapping_at(group, "preferredVersion").get("version")
+        if isinstance(preferred, str) and preferred in versions:
+            versions.remove(preferred)
+            versions.insert(0, preferred)
+        served[group["name"]] = versions
+    return served
+
+
+def _list_kind(
+    cluster: Cluster,
+    snap: Snapshot,
+    kind: WorkloadKind,
+    versions: Sequence[str],
+    scope: Scope,
+    params: dict[str, str],
+    progress: Progress | None,
+) -> list[Obj] | None:
+    """Every object of ``kind`` in scope, at the first of ``versions`` that serves it (the
+    first list that is not a 404 decides); None when none does."""
+    namespaces: Sequence[str | None] = (
+        (None,) if kind.cluster_scoped or scope.everywhere else scope.namespaces
+    )
+    for version in versions:
+        api_version = f"{kind.group}/{version}" if kind.group else version
+        found: list[Obj] = []
+        try:
+            for namespace in namespaces:
+                where = path(kind.plural, group=kind.group, version=version, namespace=namespace)
+                found += _list(cluster, snap, where, kind.kind, params, progress, api_version)
+        except ClusterError as exc:
+            if not exc.not_found or found:
+                raise
+            continue
+        return found
+    return None
 
 
 def _list(
@@ -259,25 +324,38 @@ def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
     nodes = {inventory.name_of(n): inventory.node_class(n, policy) for n in snapshot.nodes}
     who = inventory.creators(snapshot.daemonsets, snapshot.nodes)
     results = [_pod(pod, policy, lookup, nodes, who) for pod in snapshot.pods]
-    covered = _uids(snapshot.workloads)
+    present = _listed(snapshot.workloads, policy)
     results += [
-        _workload(w, policy, lookup) for w in snapshot.workloads if not _covered(w, covered)
+        _workload(w, policy, lookup) for w in snapshot.workloads if not _covered(w, present)
     ]
     in_scope = list(scope.namespaces) if scope.namespaces else sorted(known)
     return Audit(results=results, notes=list(snapshot.notes), namespaces=in_scope)
 
 
-def _uids(objects: Iterable[Obj]) -> set[tuple[str, str]]:
-    return {(str(o.get("kind")), inventory.uid_of(o)) for o in objects}
+def _listed(workloads: Sequence[Obj], policy: Policy) -> set[tuple[str, str, str]]:
+    """The API group, kind and uid of every object read of a kind the audit judges."""
+    kinds = {(k.group, k.kind) for k in audited_kinds(policy)}
+    present = set()
+    for w in workloads:
+        key = (api_group(w) or "", str(w.get("kind")))
+        if key in kinds and inventory.uid_of(w):
+            present.add((*key, inventory.uid_of(w)))
+    return present
 
 
-def _covered(obj: Obj, present: set[tuple[str, str]]) -> bool:
-    """Made by a workload that the audit judges itself, or a Job that has finished."""
+def _covered(obj: Obj, present: set[tuple[str, str, str]]) -> bool:
+    """Made by a workload the audit read too, or a batch Job that has finished.
+
+    An object whose controller is an object of a judged kind, with that uid, among those
+    read carries that owner's template (or its owner's owner's: a RayCronJob's RayJob's
+    RayCluster): the owner is judged, or covered in turn, and the mistake reported once.
+    """
     owner = inventory.controller_ref(obj)
-    kind = obj.get("kind")
-    if owner is not None and isinstance(kind, str) and COVERED_BY.get(kind) == owner.kind:
-        return (owner.kind, owner.uid) in present
-    if kind == "Job":
+    if owner is not None:
+        group, slash, _ = owner.api_version.rpartition("/")
+        if ((group if slash else ""), owner.kind, owner.uid) in present:
+            return True
+    if obj.get("kind") == "Job" and api_group(obj) == "batch":
         conditions = mapping_at(obj, "status").get("conditions")
         for c in conditions if isinstance(conditions, list) else []:
             finished = c.get("type") in ("Complete", "Failed") if isinstance(c, dict) else False
