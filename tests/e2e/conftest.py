@@ -22,7 +22,7 @@ from harness.binaries import MAIN, OLDEST, ControlPlaneError, Release, binaries
 from harness.cluster import PREEMPTIBLE, STANDARD
 from harness.controlplane import ControlPlane
 from harness.kube import Kube
-from harness.manifests import Tree, prepare_tree
+from harness.manifests import Tree, prepare_tree, server_minor
 from harness.webhook import (
     ServerError,
     WebhookServer,
@@ -132,8 +132,11 @@ def namespace(kube: Kube) -> str:
 
 
 @pytest.fixture(scope="session")
-def manifests(tmp_path_factory: pytest.TempPathFactory) -> Tree:
-    return prepare_tree(tmp_path_factory.mktemp("manifests"))
+def manifests(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Tree:
+    """manifests/ rendered for this API server: as shipped on 1.37, without the fields an older
+    one predates on 1.20 (``harness.manifests.for_server``: the webhooks' matchConditions, the
+    Deployment's preStop sleep)."""
+    return prepare_tree(tmp_path_factory.mktemp("manifests"), server_minor=server_minor(kube))
 
 
 @pytest.fixture(scope="session")

@@ -481,12 +481,20 @@ def test_a_genuine_daemonsets_pods_are_left_alone_even_where_the_namespace_class
             }
         }
         assert TOLERATE_PREEMPTIBLE in pod["spec"]["tolerations"]
-        # Seen by the webhook (by name once named, after the mutating hook), and let be.
-        records = webhook.admissions(namespace, pod["metadata"]["name"])
-        assert records, f"the webhook never saw {pod['metadata']['name']}"
-    # Created by the DaemonSet controller's own identity, and left alone by both hooks for it.
     pod_records = [r for r in webhook.admissions(namespace) if r["kind"] == "Pod"]
     from_controller = [r for r in pod_records if r["user"] == DAEMONSET_CONTROLLER]
+    config = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/preemptguard"
+    if kube.get(config)["webhooks"][0].get("matchConditions"):
+        # 1.37: the shipped matchConditions keep the API server from calling the pod hooks for
+        # them at all (tests/e2e/test_match_conditions.py).
+        assert not from_controller, from_controller
+        return
+    # 1.20, registered without matchConditions: seen by the webhook (by name once named, after
+    # the mutating hook), created by the DaemonSet controller's own identity, and left alone by
+    # both hooks for it.
+    for pod in pods:
+        records = webhook.admissions(namespace, pod["metadata"]["name"])
+        assert records, f"the webhook never saw {pod['metadata']['name']}"
     assert {r["hook"] for r in from_controller} == {"mutate", "validate"}
     assert len([r for r in from_controller if r["hook"] == "mutate"]) >= len(nodes)
     assert {r["outcome"] for r in from_controller} == {"skipped"}
