@@ -56,10 +56,15 @@ helm:
 check-examples: install
 	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1
 
+# Prints figures and ratios measured in one run (asserts none): the engine and `check` against a
+# bare YAML parse; `serve` against an always-allow app on the same stack, driven by hey
+# (hack/hey.sh finds or builds it); pod creates through both releases' API servers.
 bench: install control-plane kustomize
+	hack/hey.sh >/dev/null
 	$(BIN)/python benchmarks/engine_bench.py
 	$(BIN)/python benchmarks/server_bench.py
-	$(BIN)/python benchmarks/e2e_bench.py
+	$(BIN)/python benchmarks/e2e_bench.py --release 1.37
+	$(BIN)/python benchmarks/e2e_bench.py --release 1.20
 
 clean:
 	rm -rf $(VENV) $(CERTS) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,101 +1,337 @@
-"""Engine speed: microseconds per evaluation, per evaluation plus patch, and `check` throughput.
+"""Engine speed and `check` against a bare YAML parse, in one run; prints figures, asserts none.
 
-Run: python benchmarks/engine_bench.py [--objects 10000]
-Prints figures; asserts nothing about time.
+    .venv/bin/python benchmarks/engine_bench.py [--objects N] [--repeats R] [--rss-objects M]
+
+1. Per recorded pod (the CREATE pod reviews in tests/fixtures/admission-reviews/, and the sweep
+   pod once placed, as the validating hook sees it): microseconds for ``evaluate`` alone, for
+   ``evaluate`` + ``make_patch`` (what ``admission.core.judge`` does), and for the mutating hook's
+   whole answer (``hooks.answer``: judge, response, base64 patch), each on fresh copies of the
+   object as the server gets them. Goals: evaluate + patch <= 2x evaluate; evaluate <= 30 us on
+   a quiet machine.
+2. ``preemptguard check -o json`` (the installed console script, start-up included) on a
+   generated file of N objects against a bare ``yaml.load_all(..., Loader=yaml.CSafeLoader)`` of
+   the same file in a fresh interpreter (start-up included too), alternated, median of
+   ``--repeats``. Goal: <= 1.5x.
+3. Peak RSS of ``check`` on N objects and on ``--rss-objects`` (one file, and the same objects
+   split into files of N), beside the bare parse: memory flat in the number of objects when
+   the input is streamed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import yaml
 
-from webhook.engine.decision import Context
+from webhook.admission import hooks, review
+from webhook.admission.namespaces import NamespaceMeta
+from webhook.engine.decision import Context, Obj
 from webhook.engine.evaluation import evaluate
 from webhook.engine.patch import make_patch
+from webhook.engine.policy import Policy
+from webhook.loading.manifests import MAX_INPUT_BYTES
 from webhook.loading.policies import builtin_policy
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO / "tests" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
+REVIEWS = REPO / "tests" / "fixtures" / "admission-reviews"
+# The recorded CREATE reviews of pods (the dry-run copies carry the same pods).
+POD_REVIEWS = (
+    "create-pod-sweep-mutate.json",
+    "create-pod-sweep-validate.json",
+    "create-pod-coordinator-0-mutate.json",
+    "create-pod-coordinator-0-validate.json",
+)
+EXAMPLES = ("serving.yaml", "finetune-pod.yaml")
+BARE_PARSE = (
+    "import sys, yaml\n"
+    "n = 0\n"
+    "for path in sys.argv[1:]:\n"
+    "    with open(path, 'rb') as f:\n"
+    "        n += sum(d is not None for d in yaml.load_all(f, Loader=yaml.CSafeLoader))\n"
+    "print(n)\n"
+)
 
 
-def realistic_pod() -> dict[str, Any]:
-    """A pod as the API server hands it to the webhook (recorded from a real one)."""
-    obj: dict[str, Any] = json.loads(FIXTURE.read_text())["request"]["object"]
-    return obj
+def preemptguard_command() -> list[str]:
+    """The installed console script beside this interpreter, else ``python -m webhook``."""
+    script = Path(sys.executable).with_name("preemptguard")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "webhook"]
+
+
+# --- 1. the engine per recorded pod -------------------------------------------------------
+
+
+class Case:
+    """A recorded pod review: its body, and the request parsed as the server parses it."""
+
+    def __init__(self, label: str, body: bytes) -> None:
+        self.label = label
+        self.body = body
+        self.request = review.parse_review(review.loads(body))
+        self.context = Context(
+            operation=self.request.operation,
+            namespace=self.request.namespace,
+            requester=self.request.requester,
+        )
+
+    def fresh_objects(self, count: int) -> list[Obj]:
+        """``count`` independent copies of the pod, decoded from the body as the server does."""
+        out = []
+        for _ in range(count):
+            request = review.parse_review(review.loads(self.body))
+            assert request.object is not None
+            out.append(request.object)
+        return out
+
+    def fresh_requests(self, count: int) -> list[review.Request]:
+        return [review.parse_review(review.loads(self.body)) for _ in range(count)]
+
+
+def cases(policy: Policy) -> list[Case]:
+    found = [Case(f.removesuffix(".json"), (REVIEWS / f).read_bytes()) for f in POD_REVIEWS]
+    # The sweep pod as the validating hook sees it: already placed by the mutating hook.
+    sweep = found[0]
+    assert sweep.request.object is not None
+    placed = jsonpatch.apply_patch(
+        sweep.request.object, make_patch(sweep.request.object, _decide(sweep, policy))
+    )
+    doc = json.loads(sweep.body)
+    doc["request"]["object"] = placed
+    found.append(Case("sweep pod, already placed", json.dumps(doc).encode()))
+    return found
+
+
+def _decide(case: Case, policy: Policy) -> Obj:
+    assert case.request.object is not None
+    return evaluate(case.request.object, policy, case.context).mutated
 
 
 def per_call_us(
-    func: Callable[[], object], *, rounds: int = 7, number: int = 2000
-) -> tuple[float, float]:
-    """Median and best of ``rounds`` timings of ``number`` calls, in microseconds per call."""
+    make_inputs: Callable[[int], list[Any]], call: Callable[[Any], object], *, rounds: int,
+    number: int,
+) -> float:  # fmt: skip
+    """Median over ``rounds`` of the mean microseconds of ``call`` on ``number`` fresh inputs."""
     samples = []
     for _ in range(rounds):
+        inputs = make_inputs(number)
         start = time.perf_counter()
-        for _ in range(number):
-            func()
+        for item in inputs:
+            call(item)
         samples.append((time.perf_counter() - start) / number * 1e6)
-    return statistics.median(samples), min(samples)
+    return statistics.median(samples)
 
 
-def check_throughput(objects: int) -> tuple[float, float]:
-    docs = [
+def bench_engine(policy: Policy, rounds: int, number: int) -> None:
+    def no_namespaces(name: str) -> NamespaceMeta:
+        return NamespaceMeta()
+
+    print(f"## engine, per recorded pod (us per call: median of {rounds} rounds of {number} "
+          "fresh copies)")  # fmt: skip
+    header = f"{'pod':38} {'evaluate':>9} {'+ patch':>9} {'ratio':>6} {'answer':>9}  patch ops"
+    print(header)
+    ratios, evals = [], []
+    for case in cases(policy):
+        ctx = case.context
+
+        def alone(obj: Obj, ctx: Context = ctx) -> object:
+            return evaluate(obj, policy, ctx)
+
+        def patched(obj: Obj, ctx: Context = ctx) -> object:
+            return make_patch(obj, evaluate(obj, policy, ctx).mutated)
+
+        only = per_call_us(case.fresh_objects, alone, rounds=rounds, number=number)
+        both = per_call_us(case.fresh_objects, patched, rounds=rounds, number=number)
+        whole = per_call_us(
+            case.fresh_requests,
+            lambda r: hooks.answer(hooks.Hook.MUTATE, r, policy, no_namespaces),
+            rounds=rounds,
+            number=number,
+        )
+        obj = case.fresh_objects(1)[0]
+        ops = len(make_patch(obj, evaluate(obj, policy, ctx).mutated))
+        ratios.append(both / only)
+        evals.append(only)
+        print(f"{case.label:38} {only:9.1f} {both:9.1f} {both / only:5.2f}x {whole:9.1f}  {ops}")
+    print(
+        f"worst: evaluate {max(evals):.1f} us (goal <= 30 us, quiet machine); "
+        f"evaluate + patch {max(ratios):.2f}x evaluate (goal <= 2x)"
+    )
+
+
+# --- 2 and 3. check against a bare libyaml parse ------------------------------------------
+
+
+def _documents() -> list[str]:
+    return [
         yaml.safe_dump(doc)
-        for name in ("serving.yaml", "finetune-pod.yaml")
+        for name in EXAMPLES
         for doc in yaml.safe_load_all((REPO / "examples" / name).read_text())
     ]
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as out:
-        for i in range(objects):
+
+
+def write_objects(path: Path, count: int, start: int = 0) -> None:
+    docs = _documents()
+    with path.open("w") as out:
+        for i in range(start, start + count):
             out.write(docs[i % len(docs)].replace("name: ", f"name: o{i}-", 1) + "---\n")
-        path = out.name
+    if path.stat().st_size > MAX_INPUT_BYTES:
+        raise SystemExit(f"{path}: {path.stat().st_size} bytes, over check's input limit")
+
+
+def run_timed(argv: list[str], stdout: Any) -> float:
+    """Run ``argv``; seconds from start to exit. Exit 0 or 1 (something refused) only."""
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "webhook", "check", "-f", path, "-o", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = subprocess.run(argv, stdout=stdout, stderr=subprocess.PIPE, check=False)
     elapsed = time.perf_counter() - start
-    Path(path).unlink()
-    counted = json.loads(proc.stdout)["summary"]["objects"]
-    assert counted == objects, (counted, proc.stderr[-500:])
-    return objects / elapsed, elapsed
+    if proc.returncode not in (0, 1):
+        err = proc.stderr.decode(errors="replace")
+        raise SystemExit(f"{argv[:3]} exited {proc.returncode}: {err[-2000:]}")
+    return elapsed
 
 
-def report(label: str, median: float, best: float) -> None:
-    print(f"{label + ':':40} median {median:7.1f} us/pod   best {best:7.1f} us/pod")
+# A process's peak RSS as wait4() reports it counts what it held before exec: a child forked
+# (or vforked) from this benchmark would start from this process's size. So the command is
+# started by a bare interpreter (about 8 MiB), which reports its child's peak in KiB.
+PEAK_RSS = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "with open(sys.argv[1], 'w') as out:\n"
+    "    out.write(str(usage.ru_maxrss))\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def peak_rss_kib(argv: list[str], tmp: Path) -> int:
+    report = tmp / "peak-rss"
+    run_timed([sys.executable, "-S", "-c", PEAK_RSS, str(report), *argv], subprocess.DEVNULL)
+    return int(report.read_text())
+
+
+def check_argv(paths: list[Path]) -> list[str]:
+    files = [arg for path in paths for arg in ("-f", str(path))]
+    return [*preemptguard_command(), "check", *files, "-o", "json"]
+
+
+def bare_argv(paths: list[Path]) -> list[str]:
+    return [sys.executable, "-c", BARE_PARSE, *map(str, paths)]
+
+
+def timed_check(paths: list[Path], out: Path, objects: int) -> float:
+    with out.open("wb") as sink:
+        elapsed = run_timed(check_argv(paths), sink)
+    counted = json.loads(out.read_bytes())["summary"]["objects"]
+    if counted != objects:
+        raise SystemExit(f"check counted {counted} objects, expected {objects}")
+    return elapsed
+
+
+def timed_bare(paths: list[Path], out: Path, objects: int) -> float:
+    with out.open("wb") as sink:
+        elapsed = run_timed(bare_argv(paths), sink)
+    counted = int(out.read_text())
+    if counted != objects:
+        raise SystemExit(f"the bare parse read {counted} documents, expected {objects}")
+    return elapsed
+
+
+@contextmanager
+def workdir() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="pg-engine-bench-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_check(objects: int, repeats: int, tmp: Path) -> None:
+    path = tmp / f"objects-{objects}.yaml"
+    write_objects(path, objects)
+    size = path.stat().st_size
+    print(f"\n## check on {objects} objects in one file ({size / 2**20:.1f} MiB), start-up "
+          f"included, median of {repeats} alternated runs")  # fmt: skip
+    print(f"# {check_argv([path])[0]} check -f FILE -o json   vs   python -c "
+          "'yaml.load_all(f, Loader=yaml.CSafeLoader)'")  # fmt: skip
+    startup = run_timed([*preemptguard_command(), "--version"], subprocess.DEVNULL)
+    checks, bares = [], []
+    for i in range(repeats):
+        # Alternate which goes first, so drift in the machine's load falls on both.
+        order = ("check", "bare") if i % 2 == 0 else ("bare", "check")
+        for which in order:
+            if which == "check":
+                checks.append(timed_check([path], tmp / "out.json", objects))
+            else:
+                bares.append(timed_bare([path], tmp / "out.txt", objects))
+    check_s, bare_s = statistics.median(checks), statistics.median(bares)
+    print(f"{'preemptguard check':28} {check_s:7.2f} s  {objects / check_s:8.0f} objects/s   "
+          f"runs: {', '.join(f'{s:.2f}' for s in checks)}")  # fmt: skip
+    print(f"{'bare CSafeLoader parse':28} {bare_s:7.2f} s  {objects / bare_s:8.0f} objects/s   "
+          f"runs: {', '.join(f'{s:.2f}' for s in bares)}")  # fmt: skip
+    print(f"check / bare parse: {check_s / bare_s:.2f}x (goal <= 1.5x); "
+          f"`preemptguard --version` alone: {startup:.2f} s")  # fmt: skip
+
+
+def bench_memory(small: int, large: int, tmp: Path) -> None:
+    print("\n## peak RSS (one run each; stdout to /dev/null)")
+    small_file = tmp / f"rss-{small}.yaml"
+    write_objects(small_file, small)
+    large_file = tmp / f"rss-{large}.yaml"
+    write_objects(large_file, large)
+    parts = []
+    for i in range(0, large, small):
+        part = tmp / f"rss-part-{i // small:03d}.yaml"
+        write_objects(part, min(small, large - i), start=i)
+        parts.append(part)
+    rows = [
+        (f"{small} objects, one file", [small_file]),
+        (f"{large} objects, one file", [large_file]),
+        (f"{large} objects, {len(parts)} files of {small}", parts),
+    ]
+    print(f"{'input':34} {'MiB':>6} {'check':>12} {'bare parse':>12}")
+    peaks = {}
+    for label, paths in rows:
+        size = sum(p.stat().st_size for p in paths) / 2**20
+        check_kib = peak_rss_kib(check_argv(paths), tmp)
+        bare_kib = peak_rss_kib(bare_argv(paths), tmp)
+        peaks[label] = check_kib
+        print(f"{label:34} {size:6.1f} {check_kib / 1024:8.1f} MiB {bare_kib / 1024:8.1f} MiB")
+    first, one_file, split = (peaks[label] for label, _ in rows)
+    print(f"check peak RSS, {large} vs {small} objects: {one_file / first:.2f}x in one file, "
+          f"{split / first:.2f}x split into files of {small} (flat: ~1.0x)")  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--objects", type=int, default=10_000)
-    args = parser.parse_args()
-    policy = builtin_policy()
-    pod = realistic_pod()
-    ctx = Context(namespace="team-a")
-
-    med, best = per_call_us(lambda: evaluate(pod, policy, ctx))
-    report("evaluate (recorded sweep pod)", med, best)
-
-    def with_patch() -> object:
-        return make_patch(pod, evaluate(pod, policy, ctx).mutated)
-
-    med, best = per_call_us(with_patch)
-    report("evaluate + JSON Patch", med, best)
-    rate, elapsed = check_throughput(args.objects)
-    print(
-        f"preemptguard check, {args.objects} objects in one file: "
-        f"{rate:8.0f} objects/s ({elapsed:.2f} s incl. start-up)"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=10_000, help="objects in the check file")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of check and of the parse")
+    parser.add_argument(
+        "--rss-objects", type=int, default=100_000, help="the larger input for peak RSS; 0: skip"
     )
+    parser.add_argument("--rounds", type=int, default=7, help="engine timing rounds")
+    parser.add_argument("--number", type=int, default=1000, help="engine calls per round")
+    args = parser.parse_args()
+    print(f"# {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    bench_engine(builtin_policy(), args.rounds, args.number)
+    with workdir() as tmp:
+        bench_check(args.objects, args.repeats, tmp)
+        if args.rss_objects:
+            bench_memory(args.objects, args.rss_objects, tmp)
+    print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
