@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -151,7 +152,7 @@ def test_lists_as_the_api_returns_them_are_expanded() -> None:
     assert [r["name"] for r in json.loads(proc.stdout)["results"]] == ["p0", "p1", "p2"]
 
 
-def test_deeply_nested_json_and_undecodable_stdin_exit_two(tmp_path) -> None:
+def test_deeply_nested_json_and_undecodable_stdin_exit_two(tmp_path: Path) -> None:
     (tmp_path / "deep.json").write_text("[" * 100_000)
     proc = run("check", "-f", str(tmp_path / "deep.json"))
     assert proc.returncode == 2
@@ -178,7 +179,7 @@ def test_a_pod_field_of_the_wrong_type_is_refused_with_the_field() -> None:
     )
 
 
-def test_unreadable_path_and_invalid_policy_exit_two(tmp_path) -> None:
+def test_unreadable_path_and_invalid_policy_exit_two(tmp_path: Path) -> None:
     proc = run("check", "-f", str(tmp_path / "missing.yaml"))
     assert (proc.returncode, "cannot read" in proc.stderr) == (2, True)
     (tmp_path / "policy.yaml").write_text(
@@ -189,7 +190,7 @@ def test_unreadable_path_and_invalid_policy_exit_two(tmp_path) -> None:
     assert f"error: invalid policy: {tmp_path / 'policy.yaml'}:10: spec.mode:" in proc.stderr
 
 
-def test_warn_mode_policy_allows_everything(tmp_path) -> None:
+def test_warn_mode_policy_allows_everything(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(
         (POLICIES / "default" / "policy.yaml").read_text().replace("mode: enforce", "mode: warn")
     )
@@ -219,7 +220,7 @@ def test_policy_test_command_runs_the_shipped_cases() -> None:
     assert proc.stdout.rstrip().splitlines()[-1] == "54 passed, 0 failed"
 
 
-def test_policy_test_command_fails_on_a_wrong_case(tmp_path) -> None:
+def test_policy_test_command_fails_on_a_wrong_case(tmp_path: Path) -> None:
     shutil.copy(POLICIES / "default" / "policy.yaml", tmp_path / "policy.yaml")
     (tmp_path / "tests").mkdir()
     case = yaml.safe_load_all((POLICIES / "default" / "tests" / "rules.yaml").read_text())
@@ -253,7 +254,9 @@ def test_policy_test_command_fails_on_a_wrong_case(tmp_path) -> None:
         ),
     ],
 )
-def test_policy_test_command_refuses_unusable_cases(tmp_path, case, message) -> None:
+def test_policy_test_command_refuses_unusable_cases(
+    tmp_path: Path, case: dict[str, Any] | None, message: str
+) -> None:
     shutil.copy(POLICIES / "default" / "policy.yaml", tmp_path / "policy.yaml")
     (tmp_path / "tests").mkdir()
     docs = []
@@ -282,7 +285,7 @@ def test_module_entry_point() -> None:
     assert proc.stdout.strip() == "preemptguard, version 0.1.0"
 
 
-def test_numbers_longer_than_python_reads_are_bad_input_or_unread(tmp_path) -> None:
+def test_numbers_longer_than_python_reads_are_bad_input_or_unread(tmp_path: Path) -> None:
     digits = "1" * 5000
     (tmp_path / "big.yaml").write_text(
         f"apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\nspec: {{terminationGracePeriodSeconds: {digits}}}\n"
@@ -303,7 +306,7 @@ def test_numbers_longer_than_python_reads_are_bad_input_or_unread(tmp_path) -> N
     assert "Traceback" not in proc.stderr
 
 
-def test_a_key_written_twice_in_json_is_bad_input(tmp_path) -> None:
+def test_a_key_written_twice_in_json_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "dup.json").write_text(
         '{"apiVersion": "v1", "kind": "Pod", "kind": "Pod", "metadata": {}}'
     )
@@ -321,7 +324,7 @@ def test_an_endless_input_is_cut_and_said_so() -> None:
     assert "1 input error (see above): nothing was checked there" in proc.stdout
 
 
-def test_lone_surrogates_are_printed_escaped(tmp_path) -> None:
+def test_lone_surrogates_are_printed_escaped(tmp_path: Path) -> None:
     (tmp_path / "s.json").write_text(
         '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a\\ud800b", "namespace": "x",'
         ' "annotations": {"together.ai/workload": "c\\udfff"}}, "spec": {"containers": []}}'
@@ -333,7 +336,7 @@ def test_lone_surrogates_are_printed_escaped(tmp_path) -> None:
         assert "\\ud800" in proc.stdout
 
 
-def test_the_text_summary_counts_input_errors(tmp_path) -> None:
+def test_the_text_summary_counts_input_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("kind: [\n")
     proc = run("check", "-f", str(tmp_path / "bad.yaml"), "-f", "examples/untouched.yaml")
     assert proc.returncode == 2

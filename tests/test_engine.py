@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -178,12 +178,12 @@ def example_results(policy: Policy) -> dict[str, Any]:
     return {r.decision.name: r for r in check(manifests, policy, default_namespace="default")}
 
 
-def test_examples_cover_every_object(example_results) -> None:
+def test_examples_cover_every_object(example_results: dict[str, Any]) -> None:
     assert sorted(example_results) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_example_outcome(example_results, name: str) -> None:
+def test_example_outcome(example_results: dict[str, Any], name: str) -> None:
     cls, allowed, patch = EXPECTED[name]
     result = example_results[name]
     assert (result.decision.workload_class, result.decision.allowed) == (cls, allowed)
@@ -205,7 +205,7 @@ def pod(spec: Any, annotations: dict[str, str] | None = None, **meta: Any) -> di
 
 
 CTX = Context(namespace="team-a")
-C = [{"name": "c", "image": "busybox"}]
+C: list[Any] = [{"name": "c", "image": "busybox"}]
 
 
 @pytest.mark.parametrize(
@@ -334,7 +334,9 @@ C = [{"name": "c", "image": "busybox"}]
         ),
     ],
 )
-def test_odd_but_valid_pod_specs(policy, spec, expected_spec) -> None:
+def test_odd_but_valid_pod_specs(
+    policy: Policy, spec: dict[str, Any], expected_spec: dict[str, Any]
+) -> None:
     decision = evaluate(pod(spec), policy, CTX)
     assert decision.allowed, decision.violations
     assert decision.mutated["spec"] == expected_spec
@@ -373,8 +375,15 @@ def test_odd_but_valid_pod_specs(policy, spec, expected_spec) -> None:
         pytest.param(
             pod(
                 {"containers": C},
-                {"together.ai/workload": "interruptible", "together.ai/checkpoint-seconds": 120},
-            ),  # type: ignore[dict-item]
+                # a number where annotations hold strings: the mistake under test
+                cast(
+                    "dict[str, str]",
+                    {
+                        "together.ai/workload": "interruptible",
+                        "together.ai/checkpoint-seconds": 120,
+                    },
+                ),
+            ),
             "metadata.annotations.together.ai/checkpoint-seconds must be a string, not the number 120: quote it",
             id="unquoted-annotation",
         ),
@@ -416,14 +425,16 @@ def test_odd_but_valid_pod_specs(policy, spec, expected_spec) -> None:
         ),
     ],
 )
-def test_malformed_objects_are_refused_with_a_reason(policy, obj, reason) -> None:
+def test_malformed_objects_are_refused_with_a_reason(
+    policy: Policy, obj: dict[str, Any], reason: str
+) -> None:
     decision = evaluate(obj, policy, CTX)
     assert not decision.allowed
     assert any(reason in v for v in decision.violations), decision.violations
     assert decision.mutated == obj
 
 
-def test_input_is_never_modified(policy) -> None:
+def test_input_is_never_modified(policy: Policy) -> None:
     obj = pod({"containers": C, "terminationGracePeriodSeconds": 900})
     before = copy.deepcopy(obj)
     decision = evaluate(obj, policy, CTX)
@@ -431,7 +442,7 @@ def test_input_is_never_modified(policy) -> None:
     assert decision.mutated["spec"]["terminationGracePeriodSeconds"] == 300
 
 
-def test_warn_mode_allows_and_reports(policy) -> None:
+def test_warn_mode_allows_and_reports(policy: Policy) -> None:
     warn = Policy(**{**policy.__dict__, "mode": Mode.WARN})
     obj = pod({"containers": C, "nodeSelector": {KEY: "standard"}})
     decision = evaluate(obj, warn, CTX)
@@ -444,14 +455,14 @@ def test_warn_mode_allows_and_reports(policy) -> None:
     )
 
 
-def test_without_a_taint_no_toleration_is_added(policy) -> None:
+def test_without_a_taint_no_toleration_is_added(policy: Policy) -> None:
     untainted = Policy(**{**policy.__dict__, "taint": None})
     decision = evaluate(pod({"containers": C}), untainted, CTX)
     assert "tolerations" not in decision.mutated["spec"]
     assert decision.mutated["spec"]["affinity"] == required("In")
 
 
-def test_a_list_is_checked_item_by_item(policy) -> None:
+def test_a_list_is_checked_item_by_item(policy: Policy) -> None:
     text = """
 apiVersion: v1
 kind: List
@@ -464,7 +475,7 @@ items:
     assert [(r.decision.name, r.decision.allowed) for r in results] == [("a", True), ("b", False)]
 
 
-def test_patch_applies_to_the_original(policy) -> None:
+def test_patch_applies_to_the_original(policy: Policy) -> None:
     obj = pod(
         {"containers": C, "tolerations": [{"key": "a", "operator": "Exists"}]}, labels={"x/y": "z"}
     )
@@ -474,7 +485,9 @@ def test_patch_applies_to_the_original(policy) -> None:
     assert make_patch(obj, obj) == []
 
 
-def test_a_standard_pod_whose_only_matching_term_requires_preemptible_is_refused(policy) -> None:
+def test_a_standard_pod_whose_only_matching_term_requires_preemptible_is_refused(
+    policy: Policy,
+) -> None:
     # The empty term matches no node, so the pod can only ever run on preemptible nodes.
     terms = [{"matchExpressions": [expr("In")]}, {"matchExpressions": []}]
     spec = {
@@ -506,7 +519,7 @@ def _deployment(workload: str, replicas: int, **meta: Any) -> dict[str, Any]:
     }
 
 
-def test_workload_updates_that_keep_the_template_pass(policy) -> None:
+def test_workload_updates_that_keep_the_template_pass(policy: Policy) -> None:
     """A serving Deployment pinned to preemptible nodes, admitted before enforcement began."""
     old = _deployment("serving", 2)
     scaled = evaluate(
@@ -523,7 +536,7 @@ def test_workload_updates_that_keep_the_template_pass(policy) -> None:
     assert (deleting.allowed, deleting.skipped) == (True, "the object is being deleted")
 
 
-def test_workload_updates_that_change_the_template_are_judged(policy) -> None:
+def test_workload_updates_that_change_the_template_are_judged(policy: Policy) -> None:
     old = _deployment("flexible", 2)
     decision = evaluate(
         _deployment("serving", 2),
@@ -534,7 +547,7 @@ def test_workload_updates_that_change_the_template_are_judged(policy) -> None:
     assert "class serving must run on standard nodes" in decision.violations[0]
 
 
-def test_user_values_in_reasons_are_cut_short(policy) -> None:
+def test_user_values_in_reasons_are_cut_short(policy: Policy) -> None:
     long_class = "x" * 20_000
     decision = evaluate(pod({"containers": C}, {"together.ai/workload": long_class}), policy, CTX)
     assert decision.enforce_refuses

@@ -68,10 +68,12 @@ def _objects(rendered: dict[str, list[dict[str, Any]]]) -> list[tuple[str, dict[
 
 
 def _pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return find(objects, "Deployment", SERVICE)["spec"]["template"]["spec"]
+    spec: dict[str, Any] = find(objects, "Deployment", SERVICE)["spec"]["template"]["spec"]
+    return spec
 
 
 def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any]
     (container,) = _pod_spec(objects)["containers"]
     return container
 

@@ -55,6 +55,7 @@ def _spec(objects: list[Obj]) -> Obj:
 
 
 def _container(objects: list[Obj]) -> Obj:
+    container: Obj
     (container,) = _spec(objects)["containers"]
     return container
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from tests.conftest import POLICIES
-from webhook.cli.policy_tests import load_cases, policy_dirs, run_case
+from webhook.cli.policy_tests import Case, load_cases, policy_dirs, run_case
+from webhook.engine.policy import Policy
 from webhook.loading.policies import load_policy
 
 CASES = [
@@ -23,7 +26,7 @@ def test_every_policy_ships_cases() -> None:
 
 
 @pytest.mark.parametrize(("policy_dir", "case"), CASES)
-def test_policy_case(policy_dir, case) -> None:
+def test_policy_case(policy_dir: Path, case: Case) -> None:
     result = run_case(case, load_policy(policy_dir))
     assert result.failures == []
 
@@ -45,8 +48,11 @@ def test_policy_case(policy_dir, case) -> None:
         ),
     ],
 )
-def test_runner_reports_a_wrong_expectation(policy, expect, failure) -> None:
-    case = next(c for c in CASES if c.values[1].name.startswith("interruptible-pod")).values[1]
+def test_runner_reports_a_wrong_expectation(
+    policy: Policy, expect: dict[str, Any], failure: str
+) -> None:
+    cases = (cast(Case, c.values[1]) for c in CASES)
+    case = next(c for c in cases if c.name.startswith("interruptible-pod"))
     result = run_case(dataclasses.replace(case, expect=expect), policy)
     assert not result.passed
     assert any(failure in f for f in result.failures), result.failures

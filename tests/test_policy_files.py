@@ -161,7 +161,7 @@ def line_of(text: str, needle: str) -> int:
     ],
 )
 def test_invalid_policy_names_file_line_and_field(
-    tmp_path, old, new, field, message, needle
+    tmp_path: Path, old: str, new: str, field: str, message: str, needle: str
 ) -> None:
     assert old in GOOD
     text = GOOD.replace(old, new, 1)
@@ -197,7 +197,7 @@ def test_invalid_policy_names_file_line_and_field(
     ],
 )
 def test_unusable_yaml_is_refused_with_its_line(
-    tmp_path, new: str, message: str, needle: str
+    tmp_path: Path, new: str, message: str, needle: str
 ) -> None:
     anchor = "  preferredAffinityWeight: 100"
     text = GOOD.replace(anchor, f"{anchor}\n{new}", 1)
@@ -209,19 +209,19 @@ def test_unusable_yaml_is_refused_with_its_line(
     assert f"not valid YAML: {message.format(line=line)}" in caught.value.message
 
 
-def test_deeply_nested_yaml_is_refused(tmp_path) -> None:
+def test_deeply_nested_yaml_is_refused(tmp_path: Path) -> None:
     directory = write(tmp_path, GOOD + "extra: " + "[" * 5_000 + "\n")
     with pytest.raises(PolicyError, match="nested too deeply"):
         load_policy(directory)
 
 
-def test_broken_yaml_is_refused_with_its_line(tmp_path) -> None:
+def test_broken_yaml_is_refused_with_its_line(tmp_path: Path) -> None:
     directory = write(tmp_path, GOOD.replace("  mode: enforce", "  mode: [enforce", 1))
     with pytest.raises(PolicyError, match=r"policy.yaml:\d+: \(document\): not valid YAML"):
         load_policy(directory)
 
 
-def test_a_folder_must_hold_exactly_one_policy(tmp_path) -> None:
+def test_a_folder_must_hold_exactly_one_policy(tmp_path: Path) -> None:
     with pytest.raises(
         PolicyError, match="expected exactly one PlacementPolicy document, found none"
     ):
@@ -232,14 +232,14 @@ def test_a_folder_must_hold_exactly_one_policy(tmp_path) -> None:
         load_policy(tmp_path)
 
 
-def test_taint_can_be_switched_off(tmp_path) -> None:
+def test_taint_can_be_switched_off(tmp_path: Path) -> None:
     start = GOOD.index("  preemptibleTaint:")
     end = GOOD.index("  gracePeriod:")
     policy = load_policy(write(tmp_path, GOOD[:start] + "  preemptibleTaint: null\n" + GOOD[end:]))
     assert policy.taint is None
 
 
-def test_missing_directory_is_refused(tmp_path) -> None:
+def test_missing_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match="no such policy file or directory"):
         load_policy(tmp_path / "nope")
 

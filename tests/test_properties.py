@@ -71,7 +71,7 @@ tolerations = st.lists(
     ),
     max_size=3,
 )
-annotations = st.fixed_dictionaries(
+pod_annotations = st.fixed_dictionaries(
     {},
     optional={
         "together.ai/workload": st.sampled_from([*POLICY.classes, "bogus"]),
@@ -93,7 +93,7 @@ specs = st.fixed_dictionaries(
 
 @st.composite
 def pods(draw: st.DrawFn) -> dict[str, Any]:
-    meta = {"name": "p", "namespace": "team-a", "annotations": draw(annotations)}
+    meta = {"name": "p", "namespace": "team-a", "annotations": draw(pod_annotations)}
     meta["labels"] = draw(
         st.sampled_from(
             [{}, {"ray.io/node-type": "head"}, {"app.kubernetes.io/component": "login"}]
@@ -123,7 +123,7 @@ def junk_pods(draw: st.DrawFn) -> dict[str, Any]:
             st.fixed_dictionaries(
                 {},
                 optional={
-                    "annotations": st.one_of(junk, annotations),
+                    "annotations": st.one_of(junk, pod_annotations),
                     "labels": junk,
                     "ownerReferences": junk,
                 },

@@ -99,7 +99,10 @@ def test_a_pod_gets_the_resolved_priority_a_template_only_the_name() -> None:
 
 
 def test_a_class_missing_from_the_cluster_refuses_with_what_to_do() -> None:
-    d = evaluate(pod("flexible"), DEFAULT, Context(namespace="team-a", priority_classes={}.get))
+    no_classes: dict[str, PriorityClassInfo] = {}
+    d = evaluate(
+        pod("flexible"), DEFAULT, Context(namespace="team-a", priority_classes=no_classes.get)
+    )
     assert not d.allowed
     (refusal,) = d.refusals
     assert refusal.code is Code.UNKNOWN_PRIORITY_CLASS

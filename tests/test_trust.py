@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from webhook.engine import evaluate
-from webhook.engine.decision import Context, Requester
+from webhook.engine.decision import Context, Decision, Requester
 from webhook.engine.policy import Policy, TrustedRequesters
 from webhook.loading.policies import builtin_policy, parse_policy
 
@@ -23,7 +23,7 @@ ALICE = Requester(username="alice", groups=("team-a", "system:authenticated"))
 
 def serving_pod(**meta: Any) -> dict[str, Any]:
     """A serving pod that asks for preemptible capacity: refused unless left alone."""
-    metadata = {
+    metadata: dict[str, Any] = {
         "name": "p",
         "namespace": "team-a",
         "annotations": {"together.ai/workload": "serving"},
@@ -57,7 +57,9 @@ def owned_by(
 MIRROR = {"kubernetes.io/config.mirror": "3f1c2a"}
 
 
-def decide(pod: dict[str, Any], requester: Requester | None, policy: Policy | None = None):
+def decide(
+    pod: dict[str, Any], requester: Requester | None, policy: Policy | None = None
+) -> Decision:
     ctx = Context(namespace="team-a", requester=requester)
     return evaluate(pod, policy or builtin_policy(), ctx)
 
@@ -109,7 +111,9 @@ def test_the_daemonset_controller_creating_a_daemonset_pod_leaves_it_alone(
         ),
     ],
 )
-def test_a_daemonset_claim_from_anyone_else_is_judged_like_any_pod(requester, owner, said) -> None:
+def test_a_daemonset_claim_from_anyone_else_is_judged_like_any_pod(
+    requester: Requester, owner: list[dict[str, Any]], said: str
+) -> None:
     d = decide(serving_pod(ownerReferences=owner), requester)
     assert d.skipped is None
     assert d.workload_class == "serving"

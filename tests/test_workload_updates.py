@@ -20,7 +20,7 @@ RECORDED = (
 
 
 def update_review(change: str) -> dict[str, Any]:
-    review = json.loads(RECORDED.read_text())
+    review: dict[str, Any] = json.loads(RECORDED.read_text())
     request = review["request"]
     old = request["object"]
     new = copy.deepcopy(old)

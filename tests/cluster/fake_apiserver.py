@@ -14,6 +14,7 @@ the RBAC verbs the code needed (``calls``) and that nothing was read per object.
 from __future__ import annotations
 
 import base64
+import builtins
 import copy
 import datetime as dt
 import itertools
@@ -270,7 +271,7 @@ class FakeApiServer:
 
     # --- HTTP -------------------------------------------------------------------------------
 
-    def _groups(self) -> list[Obj]:
+    def _groups(self) -> builtins.list[Obj]:
         """The API groups served, as ``GET /apis`` lists them (the core group is not one)."""
         versions: dict[str, list[str]] = {}
         for group, version, _ in RESOURCES:
@@ -318,7 +319,7 @@ class FakeApiServer:
         return key, namespace, rest[1] if len(rest) > 1 else None
 
     def _list(
-        self, key: tuple[str, str, str], namespace: str | None, q: dict[str, list[str]]
+        self, key: tuple[str, str, str], namespace: str | None, q: dict[str, builtins.list[str]]
     ) -> Obj:
         # Stored objects are replaced, never changed in place: a page can be made of them as
         # they are, without copies (the 10,000-pod benchmark measures the audit, not this).
@@ -362,7 +363,7 @@ class FakeApiServer:
             ],
         }
 
-    def load(self, objs: list[Obj]) -> None:
+    def load(self, objs: builtins.list[Obj]) -> None:
         """Store many objects at once, as they are (no copies, no watch events): for setting
         up large clusters fast."""
         with self._lock:
@@ -375,7 +376,7 @@ class FakeApiServer:
                 self.objects[(key, meta.get("namespace", ""), meta["name"])] = obj
 
     def _watch_events(
-        self, key: tuple[str, str, str], namespace: str | None, q: dict[str, list[str]]
+        self, key: tuple[str, str, str], namespace: str | None, q: dict[str, builtins.list[str]]
     ) -> Iterator[tuple[str, Obj]]:
         since = int(q.get("resourceVersion", ["0"])[0] or 0)
         timeout = float(q.get("timeoutSeconds", ["300"])[0])

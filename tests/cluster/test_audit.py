@@ -24,8 +24,10 @@ from webhook.engine.policy import Policy
 from webhook.loading.policies import load_policy
 
 CRD = Path(__file__).with_name("policyreport-crd.yaml")
-SELECTOR = {"nodeSelector": {"together.ai/compute-class": "preemptible"}}
-TOLERATE = {"tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]}
+SELECTOR: dict[str, Any] = {"nodeSelector": {"together.ai/compute-class": "preemptible"}}
+TOLERATE: dict[str, Any] = {
+    "tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]
+}
 
 
 def _cluster_of(fake: FakeApiServer, policy: Policy) -> None:
@@ -180,7 +182,7 @@ def test_a_cluster_without_batch_v1_cronjobs_is_audited_with_a_note(
 
 # --- the policy's workload kinds ----------------------------------------------------------
 
-ON_PREEMPTIBLE = {"nodeSelector": {"together.ai/compute-class": "preemptible"}}
+ON_PREEMPTIBLE: dict[str, Any] = {"nodeSelector": {"together.ai/compute-class": "preemptible"}}
 RAY = "ray.io/v1"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -17,7 +18,9 @@ from webhook.cluster import drill
 from webhook.cluster.client import Cluster
 from webhook.engine.policy import Policy
 
-TOLERATE = {"tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]}
+TOLERATE: dict[str, Any] = {
+    "tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]
+}
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ from webhook.cluster.observer import Observer, ObserverSettings
 from webhook.engine.policy import Policy
 from webhook.server import logs
 
-TOLERATE = {"tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]}
+TOLERATE: dict[str, Any] = {
+    "tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]
+}
 FAST_LEASE = LeaseSettings(
     namespace="preemptguard-system", duration=2, renew_deadline=1.5, retry=0.1
 )

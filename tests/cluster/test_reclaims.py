@@ -23,6 +23,11 @@ from webhook.engine.policy import Policy
 Obj = dict[str, Any]
 
 
+def _approx(expected: float) -> Any:
+    """``pytest.approx``, typed as Any: compared inside a tuple with a ``float | None``."""
+    return pytest.approx(expected)
+
+
 def _node(name: str = "pre-1", cls: str = "preemptible", cordoned: bool = False) -> Obj:
     obj = node(name, cls, **({"unschedulable": True} if cordoned else {}))
     obj["metadata"]["uid"] = f"uid-{name}"
@@ -80,7 +85,7 @@ def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: T
     for p in (sweep, slow, stuck):
         assert tracker.pod("MODIFIED", _deleting(p, T0 + 0.2), T0 + 0.2) == []
     (exited,) = _records(tracker.pod("DELETED", sweep, T0 + 41.2))
-    assert (exited.outcome, exited.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(41.0))
+    assert (exited.outcome, exited.seconds) == (Outcome.EXITED_IN_TIME, _approx(41.0))
     assert exited.pod.owner is not None
     assert exited.pod.owner.kind == "Job"
     assert exited.message() == (
@@ -88,13 +93,13 @@ def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: T
         "checkpoint budget 240 s (declared checkpoint 210 s)"
     )
     (late,) = _records(tracker.pod("DELETED", slow, T0 + 8.2))
-    assert (late.outcome, late.seconds) == (Outcome.GRACE_EXPIRED, pytest.approx(8.0))
+    assert (late.outcome, late.seconds) == (Outcome.GRACE_EXPIRED, _approx(8.0))
     assert (
         "was still running when its 5 s grace period ran out (gone 8 s after SIGTERM)"
         in late.message()
     )
     (lost,) = _records(tracker.node("DELETED", _node(cordoned=True), T0 + 50.2))
-    assert (lost.outcome, lost.seconds) == (Outcome.LOST_WITH_NODE, pytest.approx(50.0))
+    assert (lost.outcome, lost.seconds) == (Outcome.LOST_WITH_NODE, _approx(50.0))
     assert (
         "was lost with the node 50 s after SIGTERM, still inside its 60 s grace period"
         in lost.message()
@@ -121,7 +126,7 @@ def test_a_cordoned_node_whose_pods_are_deleted_is_a_reclaim_without_the_event(
     assert isinstance(again, ReclaimSeen)
     assert (again.new, again.key) == (False, "uid-event-1")
     (done,) = _records(tracker.pod("DELETED", job, T0 + 11))
-    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(10.0))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(10.0))
 
 
 def test_deleting_pods_on_a_node_that_is_not_cordoned_is_no_reclaim(tracker: Tracker) -> None:
@@ -154,7 +159,7 @@ def test_a_pod_that_finishes_counts_as_exited(tracker: Tracker) -> None:
     finished = copy.deepcopy(job)
     finished["status"]["phase"] = "Succeeded"
     (done,) = _records(tracker.pod("MODIFIED", finished, T0 + 12))
-    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(12.0))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(12.0))
     assert tracker.pod("DELETED", finished, T0 + 20) == []
 
 
@@ -190,7 +195,7 @@ def test_a_restarted_tracker_rebuilds_the_reclaim_from_what_it_lists(policy: Pol
     second.replace_pods([_deleting(job, T0)], T0 + 20)
     assert second.displaced["uid-job"].sigterm == pytest.approx(T0)
     (done,) = _records(second.replace_pods([], T0 + 25))  # gone while nobody watched
-    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(25.0))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(25.0))
 
 
 def test_a_stale_event_starts_nothing(tracker: Tracker) -> None:
@@ -220,7 +225,7 @@ def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) 
     assert isinstance(seen, ReclaimSeen)
     assert seen.displaced == 1
     assert isinstance(gone, Record)
-    assert (gone.outcome, gone.seconds) == (Outcome.EXITED_IN_TIME, pytest.approx(4.0))
+    assert (gone.outcome, gone.seconds) == (Outcome.EXITED_IN_TIME, _approx(4.0))
 
 
 def test_a_pod_gone_before_a_cordon_revealed_the_reclaim_still_counts(tracker: Tracker) -> None:

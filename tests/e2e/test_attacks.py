@@ -224,7 +224,7 @@ def _controller(api_version: str, kind: str, name: str) -> dict[str, Any]:
     }
 
 
-CLAIMS = {
+CLAIMS: dict[str, dict[str, Any]] = {
     "claims-an-apps-v1-daemonset-owner": {
         "ownerReferences": [_controller("apps/v1", "DaemonSet", "node-agent")]
     },
@@ -448,7 +448,8 @@ def test_a_genuine_daemonsets_pods_are_left_alone_even_where_the_namespace_class
     # The namespace default is in force: an ordinary pod of the user's is made interruptible.
     def classified() -> bool:
         body = user.create(_pods(namespace), cluster.pod("probe"), dry_run=True).body
-        return body["metadata"].get("annotations", {}).get(PLACEMENT) == "interruptible"
+        annotations: dict[str, str] = body["metadata"].get("annotations", {})
+        return annotations.get(PLACEMENT) == "interruptible"
 
     wait_until(classified, timeout=30, what="the namespace default to reach the webhook")
 

@@ -102,7 +102,8 @@ def test_a_genuine_daemonsets_pods_never_reach_the_webhook_and_a_copy_of_their_c
 
     def classified() -> bool:
         body = kube.create(_pods(namespace), cluster.pod("probe"), dry_run=True).body
-        return body["metadata"].get("annotations", {}).get(PLACEMENT) == "interruptible"
+        annotations: dict[str, str] = body["metadata"].get("annotations", {})
+        return annotations.get(PLACEMENT) == "interruptible"
 
     wait_until(classified, timeout=30, what="the namespace default to reach the webhook")
 

@@ -259,7 +259,8 @@ def test_a_namespace_default_class_is_honoured(
     # The server learns namespace annotations through a watch, not at admission time.
     def placed() -> bool:
         body = kube.create(_pods(namespace), cluster.pod("probe"), dry_run=True).body
-        return body["metadata"].get("annotations", {}).get(PLACEMENT) == "interruptible"
+        annotations: dict[str, str] = body["metadata"].get("annotations", {})
+        return annotations.get(PLACEMENT) == "interruptible"
 
     wait_until(placed, timeout=30, what="the namespace annotation to reach the server")
     kube.create(_pods(namespace), cluster.pod("unannotated", gpus=1))

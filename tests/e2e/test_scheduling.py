@@ -436,7 +436,7 @@ def test_the_packing_policy_sends_batch_pods_to_the_packing_scheduler(
     assert sorted(_bound_nodes(packed).values()) == [4, 4]
     # Flexible pods too; standard-only classes stay with the default scheduler, and a pod that
     # chose a scheduler of its own keeps it.
-    probes = {
+    probes: dict[str, tuple[str, dict[str, Any], str]] = {
         "flexible": ("flexible", {}, PACKING),
         "serving": ("serving", {}, "default-scheduler"),
         "own-scheduler": ("interruptible", {"schedulerName": "gang"}, "gang"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,11 +70,11 @@ def review_for(
     old: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A review of ``obj`` as the API server writes one (field order included)."""
-    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "Pod"
-    api_version = obj.get("apiVersion") if isinstance(obj.get("apiVersion"), str) else "v1"
+    kind = k if isinstance(k := obj.get("kind"), str) else "Pod"
+    api_version = v if isinstance(v := obj.get("apiVersion"), str) else "v1"
     group, _, version = api_version.rpartition("/")
     resource = RESOURCES.get(kind, (group, kind.lower() + "s"))[1]
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = m if isinstance(m := obj.get("metadata"), dict) else {}
     ns = namespace if namespace is not None else meta.get("namespace", "default")
     gvk = {"group": group, "version": version, "kind": kind}
     gvr = {"group": group, "version": version, "resource": resource}
@@ -135,7 +136,7 @@ def seeds() -> tuple[Seed, ...]:
             continue
         out.append(Seed(f"example:{name}", review_for(copy.deepcopy(obj)), None))
     small = 48 * 1024
-    builders = {
+    builders: dict[str, Callable[[], dict[str, Any]]] = {
         "base": lambda: adversarial.base_pod("adv"),
         "many-values": lambda: adversarial.many_values(small),
         "too-many-values": lambda: adversarial.too_many_values(small),

@@ -16,7 +16,7 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tests import adversarial
 from tests.fuzz import corpus
@@ -269,7 +269,7 @@ def _existing(root: Any, path: list[Any]) -> bool:
         if (isinstance(node, dict) and isinstance(part, str) and part in node) or (
             isinstance(node, list) and isinstance(part, int) and part < len(node)
         ):
-            node = node[part]
+            node = cast(Any, node)[part]  # a str into a dict or an int into a list
         else:
             return False
     return True
@@ -405,7 +405,7 @@ def huge_list(rng: random.Random, doc: Any, box: Box, scale: float = 1.0) -> str
         terms.extend(deep_copy(term) for _ in range(count))
     elif target == "expressions":
         terms = terms_of(spec)
-        exprs = [{"key": f"k{i}", "operator": "Exists"} for i in range(count)]
+        exprs: list[dict[str, Any]] = [{"key": f"k{i}", "operator": "Exists"} for i in range(count)]
         exprs.append({"key": KEY, "operator": "In", "values": [value_in]})
         terms.append({"matchExpressions": exprs})
     elif target == "values":
@@ -521,7 +521,7 @@ CLASS_NAMES = [
 ]
 
 
-def annotations(rng: random.Random, doc: Any, box: Box) -> str:
+def workload_annotations(rng: random.Random, doc: Any, box: Box) -> str:
     meta = meta_of(box)
     if meta is None:
         return "annotations:none"
@@ -589,15 +589,15 @@ def big_number(rng: random.Random, doc: Any, box: Box) -> str:
     target = rng.choice(options)
     if spec is None and target != "review":
         target = "anywhere"
-    if target == "grace":
+    if target == "grace" and spec is not None:
         spec["terminationGracePeriodSeconds"] = value
-    elif target == "priority":
+    elif target == "priority" and spec is not None:
         spec["priority"] = value
-    elif target == "toleration-seconds":
+    elif target == "toleration-seconds" and spec is not None:
         spec["tolerations"] = [
             {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": value}
         ]
-    elif target == "weight":
+    elif target == "weight" and spec is not None:
         child(child(spec, "affinity"), "nodeAffinity")[PREFERRED] = [
             {
                 "weight": value,
@@ -625,17 +625,17 @@ def lone_surrogate(rng: random.Random, doc: Any, box: Box) -> str:
     )
     if meta is None or spec is None:
         target = "review"
-    if target == "class":
+    if target == "class" and meta is not None:
         child(meta, "annotations")[WORKLOAD] = surrogate(rng, rng.choice(CLASSES))
-    elif target == "annotation-key":
+    elif target == "annotation-key" and meta is not None:
         child(meta, "annotations")[surrogate(rng, WORKLOAD)] = "serving"
-    elif target == "name":
+    elif target == "name" and meta is not None:
         meta["name"] = surrogate(rng, "pod")
-    elif target == "label":
+    elif target == "label" and meta is not None:
         child(meta, "labels")[surrogate(rng, "app")] = surrogate(rng, "x")
-    elif target == "selector":
+    elif target == "selector" and spec is not None:
         child(spec, "nodeSelector")[KEY] = surrogate(rng, "preemptible")
-    elif target == "toleration":
+    elif target == "toleration" and spec is not None:
         spec["tolerations"] = [{"key": surrogate(rng, KEY), "operator": "Exists"}]
     elif isinstance(doc, dict) and isinstance(doc.get("request"), dict):
         field_name = rng.choice(["uid", "namespace", "name", "subResource"])
@@ -777,8 +777,8 @@ def kind_change(rng: random.Random, doc: Any, box: Box) -> str:
     group, version = KIND_GROUPS[kind]
     if rng.random() < 0.15:
         group = rng.choice(["example.com", "apps", "core", "v1", ""])
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    outer_meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = m if isinstance(m := pod.get("metadata"), dict) else {}
+    outer_meta = o if isinstance(o := obj.get("metadata"), dict) else {}
     template = {"metadata": meta, "spec": pod.get("spec", {})}
     new: dict[str, Any] = {
         "apiVersion": f"{group}/{version}" if group else version,
@@ -819,7 +819,7 @@ OBJECT_MUTATORS: list[tuple[ObjectMutator, int]] = [
     (deep_nesting, 6),
     (huge_list, 4),
     (huge_string, 5),
-    (annotations, 12),
+    (workload_annotations, 12),
     (checkpoint, 6),
     (big_number, 4),
     (lone_surrogate, 4),
@@ -893,7 +893,7 @@ def user_info(rng: random.Random, doc: dict[str, Any]) -> str:
             "anonymous",
         ]
     )
-    obj = request.get("object")
+    obj: Any = request.get("object")
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if choice == "missing":
         request.pop("userInfo", None)
@@ -940,7 +940,7 @@ def subresource(rng: random.Random, doc: dict[str, Any]) -> str:
     request = _request(doc)
     if request is None:
         return "subresource:none"
-    value = rng.choice(
+    value: Any = rng.choice(
         ["status", "binding", "eviction", "ephemeralcontainers", "exec", "", None, 5, ["status"]]
     )
     request["subResource"] = value
@@ -951,7 +951,7 @@ def dry_run(rng: random.Random, doc: dict[str, Any]) -> str:
     request = _request(doc)
     if request is None:
         return "dryrun:none"
-    value = rng.choice([True, False, None, "true", 1, [], "missing"])
+    value: Any = rng.choice([True, False, None, "true", 1, [], "missing"])
     if value == "missing":
         request.pop("dryRun", None)
     else:
@@ -994,7 +994,7 @@ def old_object(rng: random.Random, doc: dict[str, Any]) -> str:
 
 
 def api_version(rng: random.Random, doc: dict[str, Any]) -> str:
-    choice = rng.choice(
+    choice: tuple[str, Any] = rng.choice(
         [
             *[("apiVersion", "admission.k8s.io/v1beta1")] * 6,
             *[("apiVersion", "admission.k8s.io/v1")] * 2,
@@ -1025,7 +1025,9 @@ def uid(rng: random.Random, doc: dict[str, Any]) -> str:
     request = _request(doc)
     if request is None:
         return "uid:none"
-    value = rng.choice(["missing", "", 0, None, ["a"], {}, "x" * 100_000, " ", "\u00fcid", "a\nb"])
+    value: Any = rng.choice(
+        ["missing", "", 0, None, ["a"], {}, "x" * 100_000, " ", "\u00fcid", "a\nb"]
+    )
     if value == "missing":
         request.pop("uid", None)
     else:
@@ -1243,10 +1245,11 @@ def review_case(seed: int, index: int) -> Case:
             mutations.append(mutate_review(rng, doc))
     if rng.random() < 0.04:
         mutations.append(duplicate_keys(rng, doc))
+    root: dict[str, Any] | DupKeys = doc
     if rng.random() < 0.01:
-        doc = duplicate_root(rng, doc)
+        root = duplicate_root(rng, doc)
         mutations.append("duplicate:root")
-    body = dumps(doc).encode("ascii")
+    body = dumps(root).encode("ascii")
     if rng.random() < 0.04:
         name, change = rng.choice(BODY_MUTATORS)
         body = change(rng, body)

@@ -498,7 +498,7 @@ class ReviewOracle:
             verdict.fail("allowed-not-boolean", repr(allowed))
             return None
         self._messages(verdict, response)
-        status = response.get("status") if isinstance(response.get("status"), dict) else {}
+        status = s if isinstance(s := response.get("status"), dict) else {}
         if not allowed:
             verdict.outcome = "busy" if status.get("code") == 429 else "refused"
             message = status.get("message")

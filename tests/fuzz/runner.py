@@ -39,6 +39,7 @@ from tests.fuzz.oracle import (
 )
 from webhook.admission.namespaces import NamespaceMeta
 from webhook.cli.main import main as cli_main
+from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy, parse_policy
 from webhook.server import logs
 from webhook.server.app import create_app
@@ -112,6 +113,11 @@ def namespace_lookup(namespace: str) -> NamespaceMeta:
     return NamespaceMeta(annotations={"together.ai/default-workload": default}, labels=labels)
 
 
+def _always(policy: Policy) -> Callable[[], Policy]:
+    """A policy source that answers ``policy`` every time."""
+    return lambda: policy
+
+
 class ReviewRunner:
     """The app in two modes (enforce, warn), a test client each, and the oracle."""
 
@@ -126,7 +132,7 @@ class ReviewRunner:
         )
         self.clients = {
             mode: create_app(
-                lambda policy=policy: policy,
+                _always(policy),
                 namespaces=namespace_lookup,
                 metrics=Metrics(),
                 offloaded=self.offload,

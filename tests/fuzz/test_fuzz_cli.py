@@ -123,7 +123,7 @@ def test_oracle_catches_tracebacks_and_odd_exits() -> None:
 
 
 def test_oracle_applies_cli_patches_and_checks_again() -> None:
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p", "annotations": {"together.ai/workload": "serving"}},

@@ -165,7 +165,7 @@ def _answer(allowed: bool = True, **response: Any) -> Reply:
     return Reply(200, "application/json", json.dumps(doc).encode(), 0.001)
 
 
-def _patch(ops: list[dict[str, Any]]) -> dict[str, str]:
+def _patch(ops: list[dict[str, Any]]) -> dict[str, Any]:
     return {"patch": base64.b64encode(json.dumps(ops).encode()).decode(), "patchType": "JSONPatch"}
 
 
