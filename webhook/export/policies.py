@@ -82,9 +82,7 @@ def export(policy: Policy) -> Export:
 
 def _scheduling(policy: Policy) -> tuple[str, ...]:
     """Which classes' priority and scheduler the exported policies leave to the webhook."""
-    named = [
-        c.name for c in policy.classes.values() if c.priority_class_name or c.scheduler_name
-    ]
+    named = [c.name for c in policy.classes.values() if c.priority_class_name or c.scheduler_name]
     if not named:
         return ()
     return (
