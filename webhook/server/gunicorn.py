@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gunicorn import http, sock
+from gunicorn import glogging, http, sock
 from gunicorn.app.base import BaseApplication
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
@@ -336,6 +336,7 @@ def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> 
         "when_ready": when_ready,
         "child_exit": child_exit,
         "accesslog": None,
+        "logger_class": _Logger,
         "logconfig_dict": stdlib_config(settings.log_level),
         "loglevel": settings.log_level,
         "proc_name": "preemptguard",
@@ -347,6 +348,18 @@ def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> 
         # gunicorn's heartbeat file; a read-only root filesystem may have no writable /tmp.
         options["worker_tmp_dir"] = "/dev/shm"
     return options
+
+
+class _Logger(glogging.Logger):  # type: ignore[misc]  # gunicorn has no type hints
+    """gunicorn's logger without access logs: the app writes one line per admission, and
+    gunicorn would build its access-log fields for every request (a logging configuration
+    turns them on) only for a logger that drops them."""
+
+    def _compute_access_log_enabled(self) -> bool:
+        return False
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        return None
 
 
 def run(app: WSGIApp, tls: TLSSource, settings: ServerSettings, hooks: Hooks) -> None:
