@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install run test lint typecheck unit e2e control-plane kustomize helm check-examples bench clean
+.PHONY: install run test lint typecheck unit e2e control-plane kustomize helm check-examples bench fuzz clean
 
 $(BIN)/preemptguard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ bench: install control-plane kustomize
 	$(BIN)/python benchmarks/server_bench.py
 	$(BIN)/python benchmarks/e2e_bench.py --release 1.37
 	$(BIN)/python benchmarks/e2e_bench.py --release 1.20
+
+# The long fuzzing run (seeded, structure-aware; the suite runs a few thousand of the same
+# cases): 100,000 reviews through the admission app, CLI inputs, and check's answers to reviews
+# compared with the server's. Reproduce one failure with --case N --show.
+fuzz: install
+	$(BIN)/python benchmarks/fuzz.py --reviews 100000 --cli 5000 --cli-reviews 2000
 
 clean:
 	rm -rf $(VENV) $(CERTS) .pytest_cache .mypy_cache .ruff_cache .hypothesis
