@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -34,6 +35,63 @@ from prometheus_client import (
 # Admissions take microseconds in the engine and a few milliseconds on the wire; the API
 # server's default webhook timeout is 10 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheMetrics:
+    """The metrics of one watch cache (``watchcache.WatchCache``)."""
+
+    synced: Gauge
+    size: Gauge
+    lookup_failures: Counter
+    watch_errors: Counter
+
+
+def watch_cache_metrics(
+    reg: CollectorRegistry,
+    *,
+    noun: str,
+    plural: str,
+    size_name: str,
+    when_unreachable: str,
+    lookup_needs: str,
+) -> CacheMetrics:
+    """The four metrics of the watch cache of ``noun`` objects, registered in ``reg``.
+
+    Every cache reports the same states (synced, size, failed lookups, broken watches), so
+    they are defined once, named after the kind in lower case: ``preemptguard_<kind>_cache_synced``,
+    ``preemptguard_<kind>_cache_<size_name>``, ``preemptguard_<kind>_lookup_failures`` and
+    ``preemptguard_<kind>_watch_errors``. The help texts name the objects (``noun``,
+    ``plural``), what reviews do while the cache is unreachable, and what a failed lookup
+    was needed for.
+    """
+    kind = noun.lower()
+    return CacheMetrics(
+        synced=Gauge(
+            f"preemptguard_{kind}_cache_synced",
+            f"1 while the {noun} cache is listed and watched; 0 when no cluster "
+            f"is configured, or while it is unreachable ({when_unreachable}).",
+            registry=reg,
+            multiprocess_mode="livemin",
+        ),
+        size=Gauge(
+            f"preemptguard_{kind}_cache_{size_name}",
+            f"{plural[:1].upper()}{plural[1:]} in the cache.",
+            registry=reg,
+            multiprocess_mode="livemax",
+        ),
+        lookup_failures=Counter(
+            f"preemptguard_{kind}_lookup_failures",
+            f"Reviews failed (HTTP 500) because {lookup_needs} was not cached and could not "
+            "be read from the API server.",
+            registry=reg,
+        ),
+        watch_errors=Counter(
+            f"preemptguard_{kind}_watch_errors",
+            f"Failed lists or broken watches of {plural} (each followed by a relist).",
+            registry=reg,
+        ),
+    )
 
 
 class Metrics:
@@ -74,8 +132,22 @@ class Metrics:
         self._admission_children: dict[tuple[str, str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
         self._policy_and_certificates(reg)
-        self._namespace_cache(reg)
-        self._priorityclass_cache(reg)
+        self.namespace_cache = watch_cache_metrics(
+            reg,
+            noun="namespace",
+            plural="namespaces",
+            size_name="namespaces",
+            when_unreachable="each review then reads its namespace",
+            lookup_needs="their namespace",
+        )
+        self.priorityclass_cache = watch_cache_metrics(
+            reg,
+            noun="PriorityClass",
+            plural="PriorityClasses",
+            size_name="classes",
+            when_unreachable="reviews then read the class they need",
+            lookup_needs="a PriorityClass their class names",
+        )
 
     def _policy_and_certificates(self, reg: CollectorRegistry) -> None:
         self.policy_reloads = Counter(
@@ -111,58 +183,6 @@ class Metrics:
             "When the serving certificate in use expires (Unix time).",
             registry=reg,
             multiprocess_mode="livemin",
-        )
-
-    def _namespace_cache(self, reg: CollectorRegistry) -> None:
-        self.namespace_cache_synced = Gauge(
-            "preemptguard_namespace_cache_synced",
-            "1 while the namespace cache is listed and watched; 0 when no cluster is "
-            "configured, or while it is unreachable (each review then reads its namespace).",
-            registry=reg,
-            multiprocess_mode="livemin",
-        )
-        self.namespace_cache_namespaces = Gauge(
-            "preemptguard_namespace_cache_namespaces",
-            "Namespaces in the cache.",
-            registry=reg,
-            multiprocess_mode="livemax",
-        )
-        self.namespace_lookup_failures = Counter(
-            "preemptguard_namespace_lookup_failures",
-            "Reviews failed (HTTP 500) because their namespace was not cached and could not "
-            "be read from the API server.",
-            registry=reg,
-        )
-        self.namespace_watch_errors = Counter(
-            "preemptguard_namespace_watch_errors",
-            "Failed lists or broken watches of namespaces (each followed by a relist).",
-            registry=reg,
-        )
-
-    def _priorityclass_cache(self, reg: CollectorRegistry) -> None:
-        self.priorityclass_cache_synced = Gauge(
-            "preemptguard_priorityclass_cache_synced",
-            "1 while the PriorityClass cache is listed and watched; 0 when no cluster is "
-            "configured, or while it is unreachable (reviews then read the class they need).",
-            registry=reg,
-            multiprocess_mode="livemin",
-        )
-        self.priorityclass_cache_classes = Gauge(
-            "preemptguard_priorityclass_cache_classes",
-            "PriorityClasses in the cache.",
-            registry=reg,
-            multiprocess_mode="livemax",
-        )
-        self.priorityclass_lookup_failures = Counter(
-            "preemptguard_priorityclass_lookup_failures",
-            "Reviews failed (HTTP 500) because a PriorityClass their class names was not "
-            "cached and could not be read from the API server.",
-            registry=reg,
-        )
-        self.priorityclass_watch_errors = Counter(
-            "preemptguard_priorityclass_watch_errors",
-            "Failed lists or broken watches of PriorityClasses (each followed by a relist).",
-            registry=reg,
         )
 
     def set_policy(self, name: str, mode: str) -> None:

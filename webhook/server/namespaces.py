@@ -20,10 +20,8 @@ from webhook.server.metrics import Metrics
 from webhook.server.watchcache import (
     BACKOFF_MAX,
     BACKOFF_MIN,
-    CacheMetrics,
     Resource,
     WatchCache,
-    from_environment,
 )
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -63,23 +61,12 @@ NAMESPACES: Resource[NamespaceMeta] = Resource(
 class NamespaceCache(WatchCache[NamespaceMeta]):
     """Annotations and labels of every namespace."""
 
-    metrics: Metrics
-
     @classmethod
     def from_environment(
         cls, metrics: Metrics, backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX)
     ) -> NamespaceCache:
         """From ``KUBECONFIG``, else the in-cluster service account, else disabled."""
-        factory, source = from_environment(NAMESPACES.api)
-        gauges = CacheMetrics(
-            synced=metrics.namespace_cache_synced,
-            size=metrics.namespace_cache_namespaces,
-            lookup_failures=metrics.namespace_lookup_failures,
-            watch_errors=metrics.namespace_watch_errors,
-        )
-        cache = cls(NAMESPACES, factory, gauges, source=source, backoff=backoff)
-        cache.metrics = metrics
-        return cache
+        return cls.in_environment(NAMESPACES, metrics, metrics.namespace_cache, backoff)
 
     def annotations(self, namespace: str | None) -> Mapping[str, str]:
         """The namespace's annotations as the cache last saw them; empty when unknown."""

@@ -19,10 +19,8 @@ from webhook.server.metrics import Metrics
 from webhook.server.watchcache import (
     BACKOFF_MAX,
     BACKOFF_MIN,
-    CacheMetrics,
     Resource,
     WatchCache,
-    from_environment,
 )
 
 
@@ -54,22 +52,11 @@ PRIORITY_CLASSES: Resource[PriorityClassInfo | None] = Resource(
 class PriorityClassCache(WatchCache[PriorityClassInfo | None]):
     """Every PriorityClass: name, value and preemption policy."""
 
-    metrics: Metrics
-
     @classmethod
     def from_environment(
         cls, metrics: Metrics, backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX)
     ) -> PriorityClassCache:
-        factory, source = from_environment(PRIORITY_CLASSES.api)
-        gauges = CacheMetrics(
-            synced=metrics.priorityclass_cache_synced,
-            size=metrics.priorityclass_cache_classes,
-            lookup_failures=metrics.priorityclass_lookup_failures,
-            watch_errors=metrics.priorityclass_watch_errors,
-        )
-        cache = cls(PRIORITY_CLASSES, factory, gauges, source=source, backoff=backoff)
-        cache.metrics = metrics
-        return cache
+        return cls.in_environment(PRIORITY_CLASSES, metrics, metrics.priorityclass_cache, backoff)
 
     def lookup(self, name: str) -> PriorityClassInfo | None:
         """The class; None when it does not exist; raises ``PriorityClassUnknown`` when it

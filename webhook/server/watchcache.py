@@ -16,11 +16,10 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
-
-from prometheus_client import Counter, Gauge
+from typing import Any, Generic, Self, TypeVar
 
 from webhook.server.logs import get_logger
+from webhook.server.metrics import CacheMetrics, Metrics
 
 # Servers end a watch after this long; a fresh watch from the last version follows.
 WATCH_SECONDS = 300
@@ -33,14 +32,6 @@ log = get_logger("webhook.server.watchcache")
 
 T = TypeVar("T")
 ApiFactory = Callable[[], Any]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CacheMetrics:
-    synced: Gauge
-    size: Gauge
-    lookup_failures: Counter
-    watch_errors: Counter
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +54,28 @@ class Resource(Generic[T]):
 
 class WatchCache(Generic[T]):
     """Every object of ``resource``, listed then watched in a daemon thread."""
+
+    # The server's metrics, of which ``gauges`` are this cache's (set by ``in_environment``).
+    metrics: Metrics
+
+    @classmethod
+    def in_environment(
+        cls,
+        resource: Resource[T],
+        metrics: Metrics,
+        gauges: CacheMetrics,
+        backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX),
+    ) -> Self:
+        """The cache of ``resource`` on the cluster ``from_environment`` finds (disabled
+        without one), counting into ``gauges`` of ``metrics``.
+
+        The one way a server cache is made, whatever it holds, so that every kind is
+        connected, logged and measured alike.
+        """
+        factory, source = from_environment(resource.api)
+        cache = cls(resource, factory, gauges, source=source, backoff=backoff)
+        cache.metrics = metrics
+        return cache
 
     def __init__(
         self,
