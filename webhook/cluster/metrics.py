@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import threading
-from wsgiref.simple_server import WSGIServer
-
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     ProcessCollector,
-    generate_latest,
-    start_http_server,
 )
+
+from webhook.exposition import RegistryMetrics
 
 # Exit times against the 300 s window: a checkpoint takes 22 s to 4 min (DESIGN §1).
 EXIT_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 150, 180, 210, 240, 270, 300, 330, 600)
 
 
-class ObserverMetrics:
+class ObserverMetrics(RegistryMetrics):
     """Reclaims, displaced pods and their exit times; the periodic audit's counts."""
 
     def __init__(self) -> None:
@@ -88,25 +85,3 @@ class ObserverMetrics:
             "When the last periodic audit finished (Unix time).",
             registry=reg,
         )
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-    def serve(self, host: str, port: int) -> MetricsEndpoint:
-        """Serve ``/metrics`` over plain HTTP on ``host:port`` in a background thread."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
-        return MetricsEndpoint(server, thread)
-
-
-class MetricsEndpoint:
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
-        self._server, self._thread = server, thread
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)

@@ -14,11 +14,9 @@ worker is, ``livemin``). The ``process_*`` metrics are the arbiter's; each worke
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,11 +24,11 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
-    generate_latest,
     multiprocess,
-    start_http_server,
     values,
 )
+
+from webhook.exposition import RegistryMetrics
 
 # Admissions take microseconds in the engine and a few milliseconds on the wire; the API
 # server's default webhook timeout is 10 s.
@@ -94,7 +92,7 @@ def watch_cache_metrics(
     )
 
 
-class Metrics:
+class Metrics(RegistryMetrics):
     """Every metric the server exports."""
 
     def __init__(self) -> None:
@@ -212,30 +210,6 @@ class Metrics:
             return
         self.worker_memory.set(pages * os.sysconf("SC_PAGE_SIZE"))
 
-    def render(self) -> bytes:
-        """The exposition text, as a scrape sees it."""
-        return generate_latest(self.registry)
-
-    def serve(self, host: str, port: int) -> MetricsServer:
-        """Serve ``/metrics`` over plain HTTP on ``host:port`` in a background thread."""
-        return serve_registry(self.registry, host, port)
-
-
-class MetricsServer:
-    """The running metrics endpoint."""
-
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
-        self._server, self._thread = server, thread
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -269,9 +243,3 @@ def aggregated(directory: Path) -> CollectorRegistry:
 def forget_worker(pid: int, directory: Path) -> None:
     """Drop the live gauges of a worker that exited (its counters stay in the sums)."""
     multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
-
-
-def serve_registry(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
-    """Serve ``/metrics`` of ``registry`` over plain HTTP in a background thread."""
-    server, thread = start_http_server(port, addr=host, registry=registry)
-    return MetricsServer(server, thread)

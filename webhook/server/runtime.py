@@ -11,17 +11,11 @@ from pathlib import Path
 
 from webhook import engine
 from webhook.admission.core import Evaluator
+from webhook.exposition import MetricsEndpoint, serve_registry
 from webhook.server import logs
 from webhook.server.app import create_app
 from webhook.server.gunicorn import Hooks, ServerSettings, run
-from webhook.server.metrics import (
-    Metrics,
-    MetricsServer,
-    aggregated,
-    enable_multiprocess,
-    forget_worker,
-    serve_registry,
-)
+from webhook.server.metrics import Metrics, aggregated, enable_multiprocess, forget_worker
 from webhook.server.namespaces import NamespaceCache
 from webhook.server.offload import Offload
 from webhook.server.priorityclasses import PriorityClassCache
@@ -62,7 +56,7 @@ class Runtime:
             [self.policies, self.certs, MemorySample(self.metrics)], options.reload_interval
         )
         self.stopping = threading.Event()
-        self.metrics_server: MetricsServer | None = None
+        self.metrics_server: MetricsEndpoint | None = None
         self.offload = Offload()
         self.app = create_app(
             self.policies.current,
