@@ -51,6 +51,7 @@ def cluster_options(func: click.decorators.FC) -> click.decorators.FC:
 
 
 def policies_option(func: click.decorators.FC) -> click.decorators.FC:
+    """``--policies``, the same option on every command that judges with a policy."""
     return click.option(
         "--policies",
         type=click.Path(path_type=Path),

@@ -12,6 +12,7 @@ import click
 
 from webhook import __version__
 from webhook.admission import namespaces, priorities
+from webhook.cli.audit import policies_option
 from webhook.cli.dryrun import judge_each
 from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
 from webhook.cli.report import ExitStatus, ExplainReport, JsonReport, Report
@@ -83,15 +84,6 @@ def _files_option(func: click.decorators.FC) -> click.decorators.FC:
     )(func)
 
 
-def _policies_option(func: click.decorators.FC) -> click.decorators.FC:
-    return click.option(
-        "--policies",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Policy folder or file (default: the built-in default policy).",
-    )(func)
-
-
 def _namespace_option(func: click.decorators.FC) -> click.decorators.FC:
     return click.option(
         "-n",
@@ -104,7 +96,7 @@ def _namespace_option(func: click.decorators.FC) -> click.decorators.FC:
 
 @main.command("check", epilog=CHECK_EXAMPLES)
 @_files_option
-@_policies_option
+@policies_option
 @_namespace_option
 @click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
@@ -122,7 +114,7 @@ def check_command(
 
 @main.command("explain")
 @_files_option
-@_policies_option
+@policies_option
 @_namespace_option
 def explain_command(paths: tuple[str, ...], policies: Path | None, namespace: str) -> None:
     """Why: which source classified each object and what each change is for."""
