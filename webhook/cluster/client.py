@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote, urlencode
 
 from webhook.cluster.access import Access, access_of
@@ -34,6 +34,15 @@ WATCH_SECONDS = 300  # servers end a watch about this often; the caller watches 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 Obj = dict[str, Any]
+
+
+class Request(TypedDict, total=False):
+    """What a call sends besides its method and path, the same for ``_json`` and ``_send``:
+    the query, the body and its content type (JSON unless said)."""
+
+    params: Mapping[str, str] | None
+    body: Obj | None
+    content_type: str
 
 
 class ClusterError(PreemptguardError):
@@ -250,17 +259,9 @@ class Cluster:
 
     # --- the wire ---------------------------------------------------------------------------
 
-    def _json(
-        self,
-        method: str,
-        resource_path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        body: Obj | None = None,
-        content_type: str = JSON,
-    ) -> Obj:
-        response = self._send(method, resource_path, params=params, body=body,
-                              content_type=content_type)  # fmt: skip
+    def _json(self, method: str, resource_path: str, **request: Unpack[Request]) -> Obj:
+        """``_send``, and the answer read as a JSON object."""
+        response = self._send(method, resource_path, **request)
         data = response.read()
         try:
             value = jsondoc.loads(data) if data else {}
@@ -275,17 +276,16 @@ class Cluster:
         method: str,
         resource_path: str,
         *,
-        params: Mapping[str, str] | None = None,
-        body: Obj | None = None,
-        content_type: str = JSON,
         timeout: float = READ_TIMEOUT,
+        **request: Unpack[Request],
     ) -> Any:
-        query = urlencode(params or {})
+        query = urlencode(request.get("params") or {})
         with self._lock:
             self._calls.add(access_of(method, resource_path, query))
         headers = {"Accept": JSON}
+        body = request.get("body")
         if body is not None:
-            headers["Content-Type"] = content_type
+            headers["Content-Type"] = request.get("content_type", JSON)
         try:
             serialized = self._api.param_serialize(
                 method=method,
