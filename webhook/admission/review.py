@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, cast, get_args
+from typing import Any, Literal, TypedDict, TypeVar, cast, get_args
 
 from webhook.engine.decision import AdmissionOperation, Obj, Requester
 from webhook.engine.findings import shorten
@@ -28,6 +28,8 @@ PATCH_TYPE: Literal["JSONPatch"] = "JSONPatch"
 # How much of a value from the request a reason or a log field shows: enough to recognise it,
 # while a client cannot make the answer or the log line as large as its request.
 ECHO_CHARS = 100
+# The type of a field read from the request (``_optional``).
+V = TypeVar("V")
 
 
 class GroupVersionKind(TypedDict):
@@ -265,30 +267,31 @@ def _response(
     return response
 
 
-def _object(raw: Mapping[str, Any], key: str) -> Obj | None:
+def _optional(raw: Mapping[str, Any], key: str, kind: type[V], what: str, where: str) -> V | None:
+    """``raw[key]`` when it is a ``kind``, None when absent or null; anything else is a bad
+    review, said as ``<where>.<key> is <what it is>, not <what>``. The one check of every
+    optional field of a review, so that each is refused in the same words."""
     value = raw.get(key)
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise BadReview(f"request.{key} is {describe(value, json=True)}, not an object")
+    if not isinstance(value, kind):
+        raise BadReview(f"{where}.{key} is {describe(value, json=True)}, not {what}")
     return value
+
+
+def _object(raw: Mapping[str, Any], key: str) -> Obj | None:
+    return _optional(raw, key, dict, "an object", "request")
 
 
 def _mapping(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = raw.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise BadReview(f"request.{key} is {describe(value, json=True)}, not an object")
-    return value
+    value = _object(raw, key)
+    return {} if value is None else value
 
 
 def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
-    value = raw.get(key)
+    value = _optional(raw, key, str, "a string", where)
     if value is None:
         return ""
-    if not isinstance(value, str):
-        raise BadReview(f"{where}.{key} is {describe(value, json=True)}, not a string")
     if value in jsondoc.UNREAD:
         raise BadReview(f"{where}.{key} is {value[1:-1].removeprefix('not read: ')}, not a string")
     return value
@@ -308,12 +311,7 @@ def _texts(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 
 def _flag(raw: Mapping[str, Any], key: str) -> bool:
-    value = raw.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise BadReview(f"request.{key} is {describe(value, json=True)}, not a boolean")
-    return value
+    return _optional(raw, key, bool, "a boolean", "request") is True
 
 
 def _one_line(exc: Exception) -> str:
