@@ -36,6 +36,8 @@ from harness.manifests import CERTIFICATE_KINDS, NAMESPACE, SERVICE, Tree, kusto
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "preemptguard"
+# The PriorityClasses of fixed name that the default policy names (priorityClass.createPolicyClasses).
+POLICY_CLASSES = {"preemptguard-batch", "preemptguard-standard"}
 HELM_SCRIPT = REPO / "hack" / "helm.sh"
 SCHEMA_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 RELEASE = "preemptguard"
@@ -406,7 +408,7 @@ def test_non_default_values_reach_the_objects(certs: Path) -> None:
     (own,) = [
         o
         for o in objects
-        if o["kind"] == "PriorityClass" and o["metadata"]["name"] != "preemptguard-batch"
+        if o["kind"] == "PriorityClass" and o["metadata"]["name"] not in POLICY_CLASSES
     ]
     assert own["value"] == 5000
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -469,18 +471,24 @@ def test_the_namespace_can_be_left_to_exist_already() -> None:
     objects = template("--set", "namespace.create=false", "--set", "priorityClass.create=false")
     assert not [o for o in objects if o["kind"] == "Namespace"]
     assert "priorityClassName" not in find(objects, "Deployment")["spec"]["template"]["spec"]
-    # The batch class stays: the default policy's batch pods are refused without it.
-    (batch,) = [o for o in objects if o["kind"] == "PriorityClass"]
-    assert batch["metadata"]["name"] == "preemptguard-batch"
+    # The policy's classes stay: the default policy's pods are refused without them.
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "PriorityClass"}
+    assert names == POLICY_CLASSES
 
 
-def test_the_batch_priority_class_can_be_left_to_exist_already() -> None:
-    """Its name is fixed (the policy names it): a second release, or a cluster with the
-    kustomize manifests, has it already."""
-    objects = template("--set", "priorityClass.createBatch=false")
+def test_the_policys_priority_classes_can_be_left_to_exist_already() -> None:
+    """Their names are fixed (the policy names them): a second release, or a cluster with the
+    kustomize manifests, has them already."""
+    objects = template("--set", "priorityClass.createPolicyClasses=false")
     names = [o["metadata"]["name"] for o in objects if o["kind"] == "PriorityClass"]
     assert names == [find(objects, "Deployment")["spec"]["template"]["spec"]["priorityClassName"]]
-    assert "preemptguard-batch" not in names
+    assert not POLICY_CLASSES & set(names)
+
+
+def test_the_policys_priority_classes_are_those_the_default_policy_names() -> None:
+    policy = yaml.safe_load((REPO / "policies/default/policy.yaml").read_text())
+    named = {c["priorityClassName"] for c in policy["spec"]["classes"] if "priorityClassName" in c}
+    assert named == POLICY_CLASSES
 
 
 @pytest.mark.parametrize(

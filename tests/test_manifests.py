@@ -120,6 +120,7 @@ def test_the_base_holds_every_kind_an_install_needs(
             ("v1", "Service"),
             ("scheduling.k8s.io/v1", "PriorityClass"),  # the webhook's own
             ("scheduling.k8s.io/v1", "PriorityClass"),  # preemptguard-batch, for the policy
+            ("scheduling.k8s.io/v1", "PriorityClass"),  # preemptguard-standard, for the policy
             ("apps/v1", "Deployment"),
             ("policy/v1", "PodDisruptionBudget"),
             ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),

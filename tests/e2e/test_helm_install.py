@@ -203,7 +203,13 @@ def uninstall(kube: Kube, install: Install, objects: list[dict[str, Any]]) -> No
     wait_until(lambda: not kube.exists(ns_path), timeout=30, what=f"{install.namespace} deleted")
 
 
-BATCH_CLASS = "/apis/scheduling.k8s.io/v1/priorityclasses/preemptguard-batch"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+def _remove_class(kube: Kube, name: str) -> None:
+    path = f"{PRIORITY_CLASSES}/{name}"
+    kube.delete(path, grace_seconds=None)
+    wait_until(lambda: not kube.exists(path), timeout=30, what=f"PriorityClass {name} deleted")
 
 
 @pytest.fixture
@@ -212,20 +218,21 @@ def installed(
 ) -> Iterator[Install]:
     """A fresh install with self-managed certificates; uninstalled afterwards if a test left it.
 
-    The chart creates preemptguard-batch, whose name is fixed: the cluster's (from the
-    kustomize base, for the other tests' webhook) steps aside for the install and is put back
-    after it."""
+    The chart creates the PriorityClasses the policy names, whose names are fixed: the
+    cluster's (from the kustomize base, for the other tests' webhook) step aside for the
+    install and are put back after it."""
     name = cluster.unique("helm")
     install = Install(
         helm_cli, name, f"{name}-system", issue_certs(name, f"{name}-system", tmp_path / "certs")
     )
-    (batch,) = [
+    fixed = [
         o
         for o in base_objects
-        if o["kind"] == "PriorityClass" and BATCH_CLASS.endswith("/" + o["metadata"]["name"])
+        if o["kind"] == "PriorityClass" and o["metadata"]["name"].startswith("preemptguard-")
     ]
-    kube.delete(BATCH_CLASS, grace_seconds=None)
-    wait_until(lambda: not kube.exists(BATCH_CLASS), timeout=30, what="preemptguard-batch deleted")
+    assert len(fixed) == 2, [o["metadata"]["name"] for o in fixed]
+    for obj in fixed:
+        _remove_class(kube, obj["metadata"]["name"])
     try:
         helm_cli("install", *install.release)
         objects = install.manifest()
@@ -235,12 +242,11 @@ def installed(
         ).strip():
             uninstall(kube, install, objects)
     finally:
-        if kube.exists(BATCH_CLASS):
-            kube.delete(BATCH_CLASS, grace_seconds=None)
-            wait_until(
-                lambda: not kube.exists(BATCH_CLASS), timeout=30, what="the chart's class deleted"
-            )
-        kube.apply(BATCH_CLASS, batch)
+        for obj in fixed:
+            class_name = obj["metadata"]["name"]
+            if kube.exists(f"{PRIORITY_CLASSES}/{class_name}"):
+                _remove_class(kube, class_name)
+            kube.apply(f"{PRIORITY_CLASSES}/{class_name}", obj)
 
 
 def version_of(kube: Kube, obj: dict[str, Any]) -> tuple[str, Any]:
@@ -262,7 +268,8 @@ def test_install_creates_every_object_and_an_upgrade_with_the_same_values_change
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Secret",
-         "Service", "PriorityClass", "PriorityClass", "Deployment", "PodDisruptionBudget",
+         "Service", "PriorityClass", "PriorityClass", "PriorityClass", "Deployment",
+         "PodDisruptionBudget",
          "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
     )  # fmt: skip
     for obj in objects:

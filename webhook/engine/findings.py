@@ -43,6 +43,7 @@ class Code(enum.StrEnum):
     GRACE_LOWERED = "grace-lowered"
     TEMPLATE_SUMMARY = "template-summary"
     PRIORITY_REPLACED = "priority-replaced"
+    PRIORITY_NOT_KNOWN = "priority-not-known"
     SCHEDULER_KEPT = "scheduler-kept"
     # Changes
     AFFINITY_REQUIRED = "affinity-required"

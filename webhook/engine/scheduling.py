@@ -8,7 +8,7 @@ class's ``priorityClassName`` is where its pods stand:
   takes capacity from critical pods and never evicts anything; a pod that names a lower class
   that does not preempt keeps it;
 - for a standard class it is a floor: a pod that names a higher class keeps it, a lower one is
-  raised.
+  raised (so a critical pod cannot sink below ordinary pods by naming the batch class).
 
 The API server resolves ``priorityClassName`` into ``spec.priority`` and
 ``spec.preemptionPolicy`` before any webhook runs, and checks them against the class when its
@@ -114,6 +114,11 @@ def _priority(
         if is_pod and named == wanted.name:
             _resolve(spec, wanted, changes)
         return
+    if current is None and wclass.placement is Placement.STANDARD:
+        # Only offline (the API server resolves every class it admits): a class the input does
+        # not define may well be above the floor; the cluster will tell.
+        notes.append(_not_known(str(named), wanted, wclass))
+        return
     if isinstance(named, str) and named:
         notes.append(_replaced(named, current, wanted, wclass))
     spec["priorityClassName"] = wanted.name
@@ -190,6 +195,15 @@ def _replaced(
         f"{wanted.name!r} (priority {wanted.value}, preemptionPolicy {wanted.preemption_policy})"
     )
     return finding(Code.PRIORITY_REPLACED, message, "spec.priorityClassName")
+
+
+def _not_known(named: str, wanted: PriorityClassInfo, wclass: WorkloadClass) -> Finding:
+    message = (
+        f"priorityClassName {shorten(named)!r} is not known here, kept: in the cluster, class "
+        f"{wclass.name} raises it to {wanted.name!r} (priority {wanted.value}) if it is lower; "
+        "add the PriorityClass to the input to see which"
+    )
+    return finding(Code.PRIORITY_NOT_KNOWN, message, "spec.priorityClassName")
 
 
 @lru_cache(maxsize=64)
