@@ -71,6 +71,8 @@ class Report:
 
     def __init__(self, out: TextIO) -> None:
         self.out, self.tally, self.errors = out, Tally(), list[str]()
+        # No result written yet: the JSON and explanations write no separator before the first.
+        self.first = True
 
     def add(self, item: Result | InputError) -> None:
         if isinstance(item, InputError):
@@ -79,6 +81,7 @@ class Report:
             return
         self.tally.count(item)
         self.write(item)
+        self.first = False
 
     def write(self, r: Result) -> None:
         self.out.write("\n".join(text_lines(r)) + "\n")
@@ -91,15 +94,10 @@ class Report:
 class JsonReport(Report):
     """``{"results": [...], "summary": {...}, "inputErrors": [...]}``, results streamed."""
 
-    def __init__(self, out: TextIO) -> None:
-        super().__init__(out)
-        self.first = True
-
     def write(self, r: Result) -> None:
         self.out.write(
             ('{\n  "results": [\n    ' if self.first else ",\n    ") + _indented(r.as_json())
         )
-        self.first = False
 
     def finish(self) -> ExitStatus:
         results = '{\n  "results": []' if self.first else "\n  ]"
@@ -112,13 +110,8 @@ class JsonReport(Report):
 class ExplainReport(Report):
     """Why each object got what it got, a block each."""
 
-    def __init__(self, out: TextIO) -> None:
-        super().__init__(out)
-        self.first = True
-
     def write(self, r: Result) -> None:
         self.out.write(("" if self.first else "\n") + explain_block(r) + "\n")
-        self.first = False
 
     def finish(self) -> ExitStatus:
         return self.tally.exit_status()
