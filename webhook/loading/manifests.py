@@ -256,35 +256,46 @@ def _python(loader: Any, root: yaml.Node) -> Any:
     """The value of a composed document: what ``construct_document`` makes, with the checks
     of ``refuse_duplicate_keys``, made directly (strings, the most of any manifest, as they
     are) and shared where an alias repeats an anchor."""
-    made: dict[int, Any] = {}
-    scalar = yaml.ScalarNode
+    try:
+        return _Values(loader).of(root)
+    finally:
+        # construct_object remembers each node it made a value for, document after document.
+        loader.constructed_objects.clear()
 
-    def value(node: yaml.Node) -> Any:
-        if node.__class__ is scalar:
-            return node.value if node.tag == _STR_TAG else loader.construct_object(node)
-        known = made.get(id(node))
+
+class _Values:
+    """The values of one document's nodes. A class rather than a recursive closure: a closure
+    that calls itself is a reference cycle, which would keep every object of the document
+    alive until the cyclic collector ran (and ``check`` pauses it)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.made: dict[int, Any] = {}
+
+    def of(self, node: yaml.Node) -> Any:
+        if node.__class__ is yaml.ScalarNode:
+            return node.value if node.tag == _STR_TAG else self.loader.construct_object(node)
+        known = self.made.get(id(node))
         if known is not None:
             return known
         if isinstance(node, yaml.SequenceNode):
             items: list[Any] = []
-            made[id(node)] = items
-            items.extend(value(item) for item in node.value)
+            self.made[id(node)] = items
+            items.extend(self.of(item) for item in node.value)
             return items
         assert isinstance(node, yaml.MappingNode)
         refuse_duplicate_keys(node)
         if any(key.tag == _MERGE_TAG for key, _ in node.value):
-            loader.flatten_mapping(node)
+            self.loader.flatten_mapping(node)
         mapping: dict[Any, Any] = {}
-        made[id(node)] = mapping
+        self.made[id(node)] = mapping
         for key_node, value_node in node.value:
-            key = value(key_node)
+            key = self.of(key_node)
             if isinstance(key, dict | list):
                 problem = "found a mapping or a list as a key; keys must be plain values"
                 raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
-            mapping[key] = value(value_node)
+            mapping[key] = self.of(value_node)
         return mapping
-
-    return value(root)
 
 
 def _parse_json(source: str, text: str) -> Iterator[Item]:
