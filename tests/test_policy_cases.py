@@ -6,9 +6,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, cast
 
+import jsonpatch
 import pytest
 
 from tests.conftest import POLICIES
+from webhook.admission.core import judge
 from webhook.cli.policy_tests import Case, load_cases, policy_dirs, run_case
 from webhook.engine.policy import Policy
 from webhook.loading.policies import load_policy
@@ -56,3 +58,17 @@ def test_runner_reports_a_wrong_expectation(
     result = run_case(dataclasses.replace(case, expect=expect), policy)
     assert not result.passed
     assert any(failure in f for f in result.failures), result.failures
+
+
+@pytest.mark.parametrize(("policy_dir", "case"), CASES)
+def test_the_patch_makes_what_a_full_diff_makes(policy_dir: Path, case: Case) -> None:
+    """The engine's patch descends only where the mutated copy differs by identity (fast);
+    a full structural diff of the two objects (jsonpatch) must lead to the same object."""
+    judged = judge(
+        case.subject, load_policy(policy_dir), case.lookup, priority_classes=case.priority_classes
+    )
+    original, mutated = case.subject.obj, judged.decision.mutated
+    full = jsonpatch.make_patch(original, mutated).patch
+    assert jsonpatch.apply_patch(original, judged.patch) == jsonpatch.apply_patch(original, full)
+    # A patch exactly when something changed: none for an object left as written.
+    assert bool(judged.patch) == (original != mutated)
