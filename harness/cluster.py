@@ -197,6 +197,21 @@ def pod_template(
     return {"metadata": body["metadata"], "spec": body["spec"]}
 
 
+def daemonset(name: str, labels: dict[str, str], **pod_fields: Any) -> dict[str, Any]:
+    """A DaemonSet whose pods carry ``labels`` (its selector), built by ``pod_template`` from
+    ``pod_fields``: its pods are created by the DaemonSet controller under its own identity, the
+    one case in which the webhook leaves a pod alone because of who made it."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": pod_template(labels, **pod_fields),
+        },
+    }
+
+
 def wait_scheduled(kube: Kube, namespace: str, name: str, timeout: float = 30) -> dict[str, Any]:
     """The stored pod once the scheduler has bound it; fails with the scheduler's reason if not."""
 
@@ -298,3 +313,26 @@ def namespace_user(kube: Kube, namespace: str, name: str, rules: list[dict[str, 
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
     answer = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", request)
     return str(answer.body["status"]["token"])
+
+
+def grant_admin(kube: Kube, namespace: str, users: Iterable[str]) -> None:
+    """Bind cluster-admin to ``users`` in ``namespace`` only (a RoleBinding ``impersonated``), so
+    that requests impersonating them are allowed there, and reach the admission hooks, as a
+    user's own would; ``kube`` must be an admin."""
+    kube.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "impersonated"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                for user in users
+            ],
+        },
+    )

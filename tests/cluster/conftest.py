@@ -94,6 +94,19 @@ def namespace(name: str, **annotations: str) -> Obj:
     return {"kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
 
 
+def _controller_ref(owner: tuple[str, str, str]) -> Obj:
+    """The controller ownerReference to ``owner`` (apiVersion, kind, name), uid ``uid-NAME`` as
+    ``owned`` gives it."""
+    api_version, kind, name = owner
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": f"uid-{name}",
+        "controller": True,
+    }
+
+
 def pod(
     name: str,
     ns: str = "team",
@@ -116,16 +129,7 @@ def pod(
     if labels:
         meta["labels"] = labels
     if owner:
-        api_version, kind, owner_name = owner
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": api_version,
-                "kind": kind,
-                "name": owner_name,
-                "uid": f"uid-{owner_name}",
-                "controller": True,
-            }
-        ]
+        meta["ownerReferences"] = [_controller_ref(owner)]
     obj: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -162,16 +166,7 @@ def owned(
                                   "DaemonSet": "apps/v1", "CronJob": "batch/v1"}[kind]  # fmt: skip
     meta: Obj = {"name": name, "namespace": ns, "uid": uid or f"uid-{name}"}
     if controller is not None:
-        owner_version, owner_kind, owner_name = controller
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner_version,
-                "kind": owner_kind,
-                "name": owner_name,
-                "uid": f"uid-{owner_name}",
-                "controller": True,
-            }
-        ]
+        meta["ownerReferences"] = [_controller_ref(controller)]
     meta.update(extra.pop("metadata", {}))
     return {"apiVersion": api_version, "kind": kind, "metadata": meta, **extra}
 

@@ -479,27 +479,7 @@ def _prepare(kube: Kube, cases: list[Case]) -> None:
             kube, case.namespace, annotations=case.namespace_annotations or None
         )
         if case.username is not None:
-            rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{case.namespace}/rolebindings"
-            kube.create(
-                rbac,
-                {
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "RoleBinding",
-                    "metadata": {"name": "impersonated"},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": "cluster-admin",
-                    },
-                    "subjects": [
-                        {
-                            "apiGroup": "rbac.authorization.k8s.io",
-                            "kind": "User",
-                            "name": case.username,
-                        }
-                    ],
-                },
-            )
+            cluster.grant_admin(kube, case.namespace, [case.username])
         if case.old is not None:
             kube.create(case.collection, case.old)
 

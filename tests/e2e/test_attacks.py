@@ -453,18 +453,10 @@ def test_a_genuine_daemonsets_pods_are_left_alone_even_where_the_namespace_class
 
     wait_until(classified, timeout=30, what="the namespace default to reach the webhook")
 
-    daemonset = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "node-agent"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "node-agent"}},
-            # Tolerates the taint, so it belongs on every node, of both classes.
-            "template": cluster.pod_template(
-                {"app": "node-agent"}, tolerations=[TOLERATE_PREEMPTIBLE]
-            ),
-        },
-    }
+    # Tolerates the taint, so it belongs on every node, of both classes.
+    daemonset = cluster.daemonset(
+        "node-agent", {"app": "node-agent"}, tolerations=[TOLERATE_PREEMPTIBLE]
+    )
     user.create(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", daemonset)
     pods = cluster.wait_pods_scheduled(kube, namespace, "app=node-agent", len(nodes))
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(nodes)

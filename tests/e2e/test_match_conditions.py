@@ -109,17 +109,9 @@ def test_a_genuine_daemonsets_pods_never_reach_the_webhook_and_a_copy_of_their_c
 
     before = _admissions_total(webhook)
     assert before > 0
-    daemonset = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "node-agent"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "node-agent"}},
-            "template": cluster.pod_template(
-                {"app": "node-agent"}, tolerations=[TOLERATE_PREEMPTIBLE]
-            ),
-        },
-    }
+    daemonset = cluster.daemonset(
+        "node-agent", {"app": "node-agent"}, tolerations=[TOLERATE_PREEMPTIBLE]
+    )
     kube.create(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", daemonset)
     pods = cluster.wait_pods_scheduled(kube, namespace, "app=node-agent", len(nodes))
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(nodes)
@@ -219,23 +211,7 @@ def test_the_api_server_skips_the_webhook_exactly_when_the_engine_skips_a_daemon
     they see real creates): the hooks are called unless the engine would skip the pod as a
     DaemonSet's, and only then."""
     # Every impersonated user may do anything here (a RoleBinding), and nothing elsewhere.
-    kube.create(
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "impersonated"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "cluster-admin",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-                for user in USERS.values()
-            ],
-        },
-    )
+    cluster.grant_admin(kube, namespace, USERS.values())
 
     def bound() -> bool:
         for user in USERS.values():
