@@ -52,12 +52,9 @@ exec 3>&1 1>&2
 command -v go >/dev/null || die "no 'go' on PATH: install Go (any version that runs 'go mod download')"
 command -v python3 >/dev/null || die "no 'python3' on PATH (used to read go mod download's answer)"
 
-mkdir -p "$cache_root/go/mod" "$cache_root/go/build"
-export GOMODCACHE=$cache_root/go/mod
-export GOCACHE=$cache_root/go/build
-export GOFLAGS="-modcacherw -buildvcs=false"
-export GOWORK=off
-export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+# shellcheck source=lib/go-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
+go_env "$cache_root"
 
 # Outside any module, so that no go.mod or go.work around the caller takes part.
 work=$(mktemp -d "${TMPDIR:-/tmp}/preemptguard-cert-manager.XXXXXX")

@@ -51,13 +51,9 @@ exec 3>&1 1>&2
 command -v go >/dev/null || die "no 'go' on PATH: install Go 1.26 or newer (or set KUBEBUILDER_ASSETS)"
 command -v python3 >/dev/null || die "no 'python3' on PATH (used to read upstream's go.mod)"
 
-mkdir -p "$cache_root/go/mod" "$cache_root/go/build"
-export GOMODCACHE=$cache_root/go/mod
-export GOCACHE=$cache_root/go/build
-# -modcacherw: the module cache stays deletable with a plain rm -rf.
-export GOFLAGS="-modcacherw -buildvcs=false"
-export GOWORK=off
-export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+# shellcheck source=lib/go-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
+go_env "$cache_root"
 export CGO_ENABLED=0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/preemptguard-k8s-1.37.XXXXXX")

@@ -54,12 +54,9 @@ exec 3>&1 1>&2
 command -v go >/dev/null || die "no 'go' on PATH: install Go (any release of the last years)"
 command -v python3 >/dev/null || die "no 'python3' on PATH (used to read go's JSON)"
 
-mkdir -p "$cache_root/go/mod"
-export GOMODCACHE=$cache_root/go/mod
-# -modcacherw: the module cache stays deletable with a plain rm -rf.
-export GOFLAGS="-modcacherw -buildvcs=false"
-export GOWORK=off
-export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
+# shellcheck source=lib/go-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/go-env.sh"
+go_env "$cache_root"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/preemptguard-upstream-crds.XXXXXX")
 staged=""
