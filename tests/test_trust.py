@@ -189,3 +189,31 @@ def builtin_policy_text() -> str:
     from importlib import resources
 
     return resources.files("webhook").joinpath("data/default-policy.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [(7, "Pod"), (None, "Pod"), ("apps/v1", "Pod"), ("v1", "Deployment"), ("v1", ["Pod"])],
+)
+def test_a_pod_is_judged_as_the_request_names_it_whatever_its_own_fields_say(
+    api_version: Any, kind: Any
+) -> None:
+    """request.kind is the API server's; apiVersion and kind inside the object are not. A
+    coordinator pod asking for preemptible nodes is refused whatever its own fields say it is,
+    and an interruptible one placed."""
+    import json
+    from pathlib import Path
+
+    from webhook.admission import review
+    from webhook.admission.hooks import Hook, answer
+    from webhook.admission.namespaces import no_namespaces
+
+    fixtures = Path(__file__).parent / "fixtures" / "admission-reviews"
+    for name in ("create-pod-coordinator-0-mutate.json", "create-pod-sweep-mutate.json"):
+        doc = json.loads((fixtures / name).read_text())
+        expected = answer(Hook.MUTATE, review.parse_review(doc), builtin_policy(), no_namespaces)
+        doc["request"]["object"]["apiVersion"] = api_version
+        doc["request"]["object"]["kind"] = kind
+        got = answer(Hook.MUTATE, review.parse_review(doc), builtin_policy(), no_namespaces)
+        assert got.review["response"] == expected.review["response"], name
+        assert got.outcome == expected.outcome, name

@@ -16,7 +16,7 @@ from webhook.admission import review
 from webhook.admission.core import Evaluator, Judgement, Subject, judge
 from webhook.admission.namespaces import NamespaceLookup
 from webhook.admission.review import ECHO_CHARS, AdmissionReview, Request
-from webhook.engine.decision import Decision
+from webhook.engine.decision import Decision, Obj
 from webhook.engine.findings import Code, Finding, bounded, finding, shorten
 from webhook.engine.policy import Mode, Policy
 from webhook.engine.scheduling import PriorityLookup
@@ -124,12 +124,26 @@ def _subject(request: Request) -> Subject:
     obj = request.object if request.object is not None else request.old_object
     assert obj is not None
     return Subject(
-        obj=obj,
+        obj=_as_named(obj, request),
         operation=request.operation,
         namespace=request.namespace,
         old_object=request.old_object,
         requester=request.requester,
     )
+
+
+def _as_named(obj: Obj, request: Request) -> Obj:
+    """``obj`` judged as the kind request.kind names. The API server says what the object is;
+    apiVersion and kind inside it are written by whoever sends it, and a pod whose own
+    apiVersion were, say, a number must not pass as "not a pod". A shallow copy, so that the
+    patch (a diff from it) never touches those fields."""
+    api_version = request.object_api_version
+    if api_version is None or (obj.get("apiVersion"), obj.get("kind")) == (
+        api_version,
+        request.kind,
+    ):
+        return obj
+    return {**obj, "apiVersion": api_version, "kind": request.kind}
 
 
 def respond(hook: Hook, request: Request, judged: Judgement, policy: Policy) -> Admission:

@@ -80,10 +80,20 @@ class Request:
     dry_run: bool
     object: Obj | None
     old_object: Obj | None
+    # request.kind's version; "" when the review names none.
+    version: str = ""
 
     @property
     def is_pod(self) -> bool:
         return self.group == "" and self.kind == "Pod"
+
+    @property
+    def object_api_version(self) -> str | None:
+        """The apiVersion request.kind names (the API server's word for what the object is,
+        which the object's own fields cannot change); None when it names no version."""
+        if not self.version or not self.kind:
+            return None
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def requester(self) -> Requester:
@@ -136,6 +146,7 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
         uid=uid,
         kind=_text(gvk, "kind", "request.kind") or _text(obj or {}, "kind", "object.kind"),
         group=_text(gvk, "group", "request.kind"),
+        version=_text(gvk, "version", "request.kind"),
         operation=cast(AdmissionOperation, operation),
         namespace=_text(raw, "namespace", "request") or None,
         name=_text(raw, "name", "request") or display_name(obj or old or {}, pending=""),
