@@ -80,20 +80,14 @@ class Request:
     dry_run: bool
     object: Obj | None
     old_object: Obj | None
-    # request.kind's version; "" when the review names none.
-    version: str = ""
+    # The apiVersion request.kind names whole (group, version and kind, as the API server
+    # always writes them): its word for what the object is, which the object's own fields
+    # cannot change. None when request.kind does not name all three.
+    object_api_version: str | None = None
 
     @property
     def is_pod(self) -> bool:
         return self.group == "" and self.kind == "Pod"
-
-    @property
-    def object_api_version(self) -> str | None:
-        """The apiVersion request.kind names (the API server's word for what the object is,
-        which the object's own fields cannot change); None when it names no version."""
-        if not self.version or not self.kind:
-            return None
-        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def requester(self) -> Requester:
@@ -146,7 +140,7 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
         uid=uid,
         kind=_text(gvk, "kind", "request.kind") or _text(obj or {}, "kind", "object.kind"),
         group=_text(gvk, "group", "request.kind"),
-        version=_text(gvk, "version", "request.kind"),
+        object_api_version=_named_api_version(gvk),
         operation=cast(AdmissionOperation, operation),
         namespace=_text(raw, "namespace", "request") or None,
         name=_text(raw, "name", "request") or display_name(obj or old or {}, pending=""),
@@ -276,6 +270,15 @@ def _response(
     if audit:
         response["auditAnnotations"] = dict(audit)
     return response
+
+
+def _named_api_version(gvk: Mapping[str, Any]) -> str | None:
+    group, version, kind = gvk.get("group"), gvk.get("version"), gvk.get("kind")
+    if not (isinstance(group, str) and isinstance(version, str) and isinstance(kind, str)):
+        return None
+    if not version or not kind or jsondoc.UNREAD & {group, version, kind}:
+        return None
+    return f"{group}/{version}" if group else version
 
 
 def _optional(raw: Mapping[str, Any], key: str, kind: type[V], what: str, where: str) -> V | None:
