@@ -263,11 +263,15 @@ class Observer:
             f"{seen.displaced} pods displaced; the provider removes the node {WINDOW_SECONDS} s "
             "after a reclaim begins"
         )
+        if not seen.new:
+            # Another key of this reclaim (the cordon, the provider's Event) came first and
+            # was reported: one Event and one count per reclaim, whichever is seen first.
+            return
         name = f"{reclaim.node}.preemptguard-reclaim-{_suffix(seen.key)}"
         written = self._event(NODE_EVENT_NAMESPACE, name, involved, "ReclaimObserved",
                               "Warning", message)  # fmt: skip
-        if not seen.new or written is False:
-            return  # another key of a reclaim counted already, or reported before
+        if written is False:
+            return  # reported before (by this replica before a restart, or by another)
         self.metrics.reclaims.labels(trigger=reclaim.trigger.value).inc()
         log.info(
             "reclaim",
