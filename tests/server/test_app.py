@@ -71,6 +71,9 @@ def test_engine_failure_is_an_http_500_naming_the_uid(log_stream: io.StringIO) -
     assert failed["level"] == "error"
     assert failed["uid"] == SWEEP["request"]["uid"]
     assert failed["exception"][0]["exc_value"] == "engine bug"
+    # The frames' local variables (the pod, the request) stay out of the log.
+    assert all("locals" not in frame for frame in failed["exception"][0]["frames"])
+    assert "sweep-" not in json.dumps(failed["exception"])
     sample = 'preemptguard_admissions_total{hook="mutate",outcome="error",workload_class="none"}'
     assert f"{sample} 1.0" in metrics.render().decode()
 
@@ -174,3 +177,51 @@ def test_one_log_line_per_admission(log_stream: io.StringIO) -> None:
     assert {k: line[k] for k in expected} == expected
     assert isinstance(line["duration_ms"], float)
     assert "timestamp" in line
+
+
+def test_a_failure_outside_the_engine_is_an_http_500_logged_with_its_path(
+    log_stream: io.StringIO,
+) -> None:
+    class BrokenMetrics(Metrics):
+        def count_admission(self, hook: str, outcome: str, wclass: str, seconds: float) -> None:
+            raise RuntimeError("metrics bug")
+
+    reply = client_for(create_app(builtin_policy, metrics=BrokenMetrics())).post(
+        "/validate", json=SWEEP
+    )
+    assert reply.status_code == 500
+    assert reply.get_data(as_text=True) == "internal error; see the preemptguard log\n"
+    events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    failed = [e for e in events if e["event"] == "request_failed"]
+    assert [e["path"] for e in failed] == ["/validate"]
+    assert failed[0]["exception"][0]["exc_value"] == "metrics bug"
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_the_hooks_answer_only_post(method: str) -> None:
+    reply = client_for(create_app(builtin_policy)).open("/mutate", method=method)
+    assert reply.status_code == 405
+    assert reply.headers["Allow"] == "POST"
+    assert reply.get_data(as_text=True) == "405 Method Not Allowed\n"
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"Content-Type": "application/json; charset=utf-8"}, None),
+        ({"Content-Type": "Application/JSON"}, None),
+        ({"Content-Type": "text/json"}, "content type must be application/json, not 'text/json'"),
+        ({}, "content type must be application/json, not 'none'"),
+    ],
+)
+def test_the_content_type_is_read_as_its_media_type(
+    headers: dict[str, str], reason: str | None
+) -> None:
+    body = json.dumps(SWEEP).encode()
+    reply = client_for(create_app(builtin_policy)).post("/mutate", data=body, headers=headers)
+    if reason is None:
+        assert reply.status_code == 200, reply.data
+        assert reply.get_json()["response"]["allowed"] is True
+    else:
+        assert reply.status_code == 400
+        assert reply.get_data(as_text=True) == reason + "\n"

@@ -2,30 +2,40 @@
 
 The policy, the namespace annotations and the engine are passed in, so the same app serves
 production (reloaded policy, watched namespaces) and tests (fakes).
+
+The two hooks are answered straight from the WSGI environ (``HookRoutes``), ahead of Flask:
+every pod create calls them, and Flask's request context, routing and response objects cost
+about as much per call as judging the pod. Flask serves everything else (health, readiness,
+unknown paths and methods).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl
 
 from flask import Flask, Response, request
-from gunicorn.http.errors import NoMoreData, ParseException
-from werkzeug.exceptions import ClientDisconnected, HTTPException
+from werkzeug.exceptions import HTTPException
 
 from webhook import engine
-from webhook.admission import priorities, review
 from webhook.admission.core import Evaluator
-from webhook.admission.hooks import Admission, Hook, Outcome, answer, internal_error, unavailable
+from webhook.admission.hooks import Hook
 from webhook.admission.namespaces import NamespaceLookup, no_namespaces
-from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
+from webhook.admission.review import ECHO_CHARS
 from webhook.engine.findings import shorten
-from webhook.engine.policy import Policy
 from webhook.engine.scheduling import PriorityLookup
-from webhook.errors import BadReview, ClusterStateUnknown, OffloadFailed
-from webhook.loading import jsondoc
 from webhook.server import offload
-from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
+from webhook.server.gate import LargeReviewGate
+from webhook.server.handler import (
+    TEXT,
+    HookRequest,
+    PolicySource,
+    Reply,
+    ReviewHandler,
+    text_reply,
+)
 from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
 
@@ -38,10 +48,13 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 # server in webhook.server.gunicorn honours it; an app cannot set Connection itself).
 CLOSE_CONNECTION = "preemptguard.close_connection"
 
-PolicySource = Callable[[], Policy | None]
 ReadinessCheck = Callable[[], str | None]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 log = get_logger("webhook.server.app")
+
+INTERNAL_ERROR = "internal error; see the preemptguard log"
 
 
 def always_ready() -> str | None:
@@ -62,259 +75,93 @@ def create_app(
 ) -> Flask:
     """The WSGI app; ``readiness`` returns why the server is not ready, or ``None``."""
     app = Flask("webhook")
-    handler = _Handler(
+    handler = ReviewHandler(
         policy,
         namespaces,
-        priority_classes or priorities.offline(),
+        priority_classes,
         evaluate,
         metrics or Metrics(),
         max_body_bytes,
         gate or LargeReviewGate(),
         offloaded or offload.Offload(),
     )
-    app.add_url_rule("/mutate", "mutate", lambda: handler.handle(Hook.MUTATE), methods=["POST"])
-    app.add_url_rule(
-        "/validate", "validate", lambda: handler.handle(Hook.VALIDATE), methods=["POST"]
-    )
     app.add_url_rule("/healthz", "healthz", lambda: _text(200, "ok"))
     app.add_url_rule("/readyz", "readyz", lambda: _ready(policy, readiness))
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
+    app.wsgi_app = HookRoutes(handler, app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 
-class _Handler:
-    def __init__(
-        self,
-        policy: PolicySource,
-        namespaces: NamespaceLookup,
-        priority_classes: PriorityLookup,
-        evaluate: Evaluator,
-        metrics: Metrics,
-        max_body_bytes: int,
-        gate: LargeReviewGate,
-        offloaded: offload.Offload,
-    ) -> None:
-        self.policy, self.namespaces = policy, namespaces
-        self.priority_classes = priority_classes
-        self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
-        self.gate, self.offload = gate, offloaded
+class HookRoutes:
+    """``POST /mutate`` and ``POST /validate`` answered by ``handler``; other calls go on to
+    ``fallback``."""
 
-    def handle(self, hook: Hook) -> Response:
-        started = time.perf_counter()
-        deadline = Deadline.after(timeout_seconds(request.args.get("timeout")), time.monotonic())
+    ROUTES: ClassVar[dict[str, Hook]] = {"/mutate": Hook.MUTATE, "/validate": Hook.VALIDATE}
+
+    def __init__(self, handler: ReviewHandler, fallback: WSGIApp) -> None:
+        self.handler, self.fallback = handler, fallback
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        hook = self.ROUTES.get(path)
+        if hook is None:
+            return self.fallback(environ, start_response)
+        if environ.get("REQUEST_METHOD") != "POST":
+            reply = text_reply(405, "405 Method Not Allowed")
+            return _send(reply, start_response, [("Allow", "POST")])
         try:
-            body = self._body()
-        except BadReview as exc:
-            return self._bad_request(hook, exc)
-        if len(body) <= LARGE_BODY_BYTES:
-            return self._review(hook, body, started)
-        if not self.gate.enter(len(body), deadline):
-            return self._busy(hook, body, started)
-        try:
-            return self._large_review(hook, body, started, deadline)
-        finally:
-            self.gate.leave()
-
-    def _large_review(
-        self, hook: Hook, body: bytes, started: float, deadline: Deadline
-    ) -> Response:
-        """A review answered by the offload process (see ``offload``)."""
-        policy = self.policy()
-        if policy is None:
-            return self._review(hook, body, started)
-        env = review.envelope(body)
-        namespace = env.namespace if env is not None else None
-        if namespace in policy.excluded_namespaces:
-            namespace = None  # the engine skips it without asking
-        try:
-            outcome = self.offload.run(
-                hook,
-                body,
-                policy,
-                self.namespaces,
-                self.priority_classes,
-                timeout=deadline.remaining(),
-                namespace=namespace,
-            )
-        except OffloadFailed as exc:
-            log.warning("large_review_failed", hook=hook.value, error=str(exc))
-            return self._busy(hook, body, started)
-        except ClusterStateUnknown as exc:
-            seconds = time.perf_counter() - started
-            self._count(hook, Outcome.ERROR, None, seconds)
-            uid = env.uid if env is not None else "?"
-            uid = shorten(uid, ECHO_CHARS)
-            # A known failure: its reason, not a traceback.
-            log.error("admission_failed", uid=uid, hook=hook.value, error=str(exc))  # noqa: TRY400
-            return _text(500, f"cannot check the object of review {uid}: {exc}")
-        seconds = time.perf_counter() - started
-        if isinstance(outcome, offload.BadBody):
-            return self._bad_request(hook, BadReview(outcome.reason))
-        if isinstance(outcome, offload.Failed):
-            return self._failed(hook, outcome.request, seconds, internal=outcome.error)
-        if isinstance(outcome, offload.NeedsNamespace):  # looked up once already
-            raise TypeError("the offload process asked twice for a namespace")
-        self._record(hook, outcome.request, outcome.admission, seconds)
-        return _json(outcome.admission.review)
-
-    def _review(self, hook: Hook, body: bytes, started: float) -> Response:
-        try:
-            req = parse_review(loads(body))
-        except BadReview as exc:
-            return self._bad_request(hook, exc)
-        try:
-            admission = self._admit(hook, req)
-        except ClusterStateUnknown as exc:
-            return self._failed(hook, req, time.perf_counter() - started, str(exc))
-        except Exception:  # noqa: BLE001 - logged with its traceback by _failed()
-            return self._failed(hook, req, time.perf_counter() - started)
-        seconds = time.perf_counter() - started
-        self._record(hook, req, admission, seconds)
-        return _json(admission.review)
-
-    def _bad_request(self, hook: Hook, exc: BadReview) -> Response:
-        self.metrics.bad_requests.labels(hook=hook.value).inc()
-        log.warning(
-            "bad_request", hook=hook.value, reason=str(exc), path=shorten(request.path, ECHO_CHARS)
-        )
-        # A body left unread (refused on its headers, or cut off) would be read as the next
-        # request on a kept-alive connection; close it instead.
-        request.environ[CLOSE_CONNECTION] = True
-        return _text(400, str(exc))
-
-    def _busy(self, hook: Hook, body: bytes, started: float) -> Response:
-        """Refuse a large review that cannot be checked before the API server's deadline."""
-        message = (
-            f"preemptguard is checking other large objects and cannot check this one "
-            f"({len(body) // 1024:,} KiB) before the webhook times out: retry; objects this "
-            f"large are rare, and more than a few at once are refused"
-        )
-        seconds = time.perf_counter() - started
-        self._count(hook, Outcome.BUSY, None, seconds)
-        env = review.envelope(body)
-        if env is None:
-            # Not written by an API server: no review to answer with, and no reading it now.
-            return _text(503, f"busy: {message}")
-        log.warning(
-            "admission",
-            uid=shorten(env.uid, ECHO_CHARS),
-            hook=hook.value,
-            outcome=Outcome.BUSY.value,
-            allowed=False,
-            body_bytes=len(body),
-            detail=message,
-            duration_ms=round(seconds * 1000, 3),
-        )
-        return _json(review.refused_unread(env.api_version, env.uid, message, 429))
-
-    def _body(self) -> bytes:
-        if request.mimetype != "application/json":
-            raise BadReview(
-                f"content type must be application/json, not {request.mimetype or 'none'!r}"
-            )
-        length = request.content_length
-        if length is not None and length > self.max_body_bytes:
-            raise BadReview(f"body of {length} bytes is over the {self._limit()} limit")
-        try:
-            body = request.stream.read(self.max_body_bytes + 1)
-        except (ParseException, OSError, ClientDisconnected) as exc:
-            # A malformed chunk, a client gone or stalled: a bad request, not a server fault.
-            raise BadReview(
-                f"body could not be read: {shorten(_read_error(exc), ECHO_CHARS)}"
-            ) from None
-        if len(body) > self.max_body_bytes:
-            raise BadReview(f"body is over the {self._limit()} limit")
-        if length is not None and len(body) < length:
-            raise BadReview(
-                f"body ended after {len(body)} of the {length} bytes of its Content-Length"
-            )
-        return body
-
-    def _limit(self) -> str:
-        return f"{self.max_body_bytes / 2**20:g} MiB"
-
-    def _admit(self, hook: Hook, req: Request) -> Admission:
-        policy = self.policy()
-        if policy is None:
-            return unavailable(req, "preemptguard has no policy loaded yet; retry shortly")
-        return answer(
-            hook,
-            req,
-            policy,
-            self.namespaces,
-            self.evaluate,
-            priority_classes=self.priority_classes,
-        )
-
-    def _failed(
-        self,
-        hook: Hook,
-        req: Request,
-        seconds: float,
-        known: str | None = None,
-        *,
-        internal: str | None = None,
-    ) -> Response:
-        """An HTTP 500, so that the API server applies the webhook's failurePolicy.
-
-        ``known`` is a failure that is understood (the namespace cannot be read): logged
-        without a traceback, and its reason is the answer. ``internal`` is an engine error
-        raised in the offload process, logged as it came.
-        """
-        self._count(hook, Outcome.ERROR, None, seconds)
-        fields = _request_fields(hook, req, seconds)
-        if internal is not None:
-            log.error("admission_failed", **fields, error=internal)
-            return _text(500, internal_error(req))
-        if known is None:
-            log.exception("admission_failed", **fields)
-            return _text(500, internal_error(req))
-        log.error("admission_failed", **fields, error=known)
-        what = f"{shorten(req.kind, ECHO_CHARS)} {shorten(req.name, ECHO_CHARS)}"
-        return _text(500, f"cannot check {what}: {known}")
-
-    def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
-        wclass = admission.workload_class
-        self._count(hook, admission.outcome, wclass, seconds)
-        response = admission.review["response"]
-        log.info(
-            "admission",
-            **_request_fields(hook, req, seconds),
-            user=shorten(req.user, ECHO_CHARS),
-            dry_run=req.dry_run,
-            workload_class=wclass,
-            source=admission.source,
-            outcome=admission.outcome.value,
-            allowed=response["allowed"],
-            patch_ops=admission.patch_ops,
-            warnings=len(response.get("warnings", ())),
-            detail=admission.detail or None,
-        )
-
-    def _count(self, hook: Hook, outcome: Outcome, wclass: str | None, seconds: float) -> None:
-        self.metrics.count_admission(hook.value, outcome.value, wclass or "none", seconds)
+            reply = self.handler.handle(hook, hook_request(environ))
+        except Exception:  # a review never ends in a traceback sent back
+            log.exception("request_failed", path=shorten(path, ECHO_CHARS))
+            reply = text_reply(500, INTERNAL_ERROR)
+        if reply.close:
+            environ[CLOSE_CONNECTION] = True
+        return _send(reply, start_response)
 
 
-def _request_fields(hook: Hook, req: Request, seconds: float) -> dict[str, object]:
-    """What every log line about one review says, values from the request cut short."""
-    return {
-        "uid": shorten(req.uid, ECHO_CHARS),
-        "hook": hook.value,
-        "operation": req.operation,
-        "kind": shorten(req.kind, ECHO_CHARS),
-        "namespace": shorten(req.namespace, ECHO_CHARS) if req.namespace else None,
-        "name": shorten(req.name, ECHO_CHARS),
-        "duration_ms": round(seconds * 1000, 3),
-    }
+def hook_request(environ: dict[str, Any]) -> HookRequest:
+    """The parts of a WSGI request a review call uses (as werkzeug would read them)."""
+    query = environ.get("QUERY_STRING", "")
+    timeout = dict(parse_qsl(query)).get("timeout") if "timeout" in query else None
+    mimetype = environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
+    return HookRequest(
+        path=environ.get("PATH_INFO", ""),
+        timeout=timeout,
+        mimetype=mimetype,
+        content_length=_content_length(environ),
+        body=_input(environ),
+    )
 
 
-def _read_error(exc: Exception) -> str:
-    if type(exc) is NoMoreData or isinstance(exc, ClientDisconnected):
-        return "the client closed the connection before the end of the body"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return " ".join(str(exc).split()) or type(exc).__name__
+def _content_length(environ: dict[str, Any]) -> int | None:
+    raw = environ.get("CONTENT_LENGTH")
+    if raw is None or raw == "" or environ.get("HTTP_TRANSFER_ENCODING", "") == "chunked":
+        return None
+    # A length that is not a number reads no body, as werkzeug does.
+    return max(0, int(raw)) if raw.isascii() and raw.isdigit() else 0
+
+
+class _Empty:
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+
+def _input(environ: dict[str, Any]) -> Any:
+    """The body stream; empty when it has neither a length nor an end the server marks
+    (PEP 3333: a body of unknown length must not be read past)."""
+    if _content_length(environ) is None and not environ.get("wsgi.input_terminated"):
+        return _Empty()
+    return environ["wsgi.input"]
+
+
+def _send(
+    reply: Reply, start_response: StartResponse, extra: list[tuple[str, str]] | None = None
+) -> list[bytes]:
+    status = f"{reply.status} {HTTPStatus(reply.status).phrase}"
+    headers = [("Content-Type", reply.content_type), ("Content-Length", str(len(reply.body)))]
+    start_response(status, headers + (extra or []))
+    return [reply.body]
 
 
 def _ready(policy: PolicySource, readiness: ReadinessCheck) -> Response:
@@ -332,12 +179,8 @@ def _http_error(exc: HTTPException) -> Response:
 
 def _unexpected(exc: Exception) -> Response:
     log.exception("request_failed", path=shorten(request.path, ECHO_CHARS))
-    return _text(500, "internal error; see the preemptguard log")
-
-
-def _json(doc: object) -> Response:
-    return Response(jsondoc.dumps(doc), 200, mimetype="application/json")
+    return _text(500, INTERNAL_ERROR)
 
 
 def _text(status: int, line: str) -> Response:
-    return Response(f"{line}\n", status, mimetype="text/plain")
+    return Response(f"{line}\n", status, content_type=TEXT)

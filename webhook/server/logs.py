@@ -13,6 +13,13 @@ import structlog
 LEVELS = ("debug", "info", "warning", "error")
 
 
+# Tracebacks as JSON fields, without the frames' local variables: those hold the request
+# (pod fields, user names) uncut, where every other logged value is cut short.
+_TRACEBACKS = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+)
+
+
 def _shared_processors() -> list[structlog.types.Processor]:
     return [
         structlog.contextvars.merge_contextvars,
@@ -27,7 +34,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
         processors=[
             *_shared_processors(),
             # A traceback becomes a JSON field: the event stays one line.
-            structlog.processors.dict_tracebacks,
+            _TRACEBACKS,
             structlog.processors.JSONRenderer(serializer=_json_line),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
@@ -47,7 +54,7 @@ def stdlib_config(level: str = "info") -> dict[str, Any]:
                 "()": structlog.stdlib.ProcessorFormatter,
                 "processors": [
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.dict_tracebacks,
+                    _TRACEBACKS,
                     structlog.processors.JSONRenderer(sort_keys=False),
                 ],
                 "foreign_pre_chain": [*_shared_processors(), _component],

@@ -1,0 +1,303 @@
+"""One call of ``/mutate`` or ``/validate``: the HTTP request in, the HTTP answer out.
+
+Framework-free on purpose: every pod create passes here, and a web framework's request and
+response objects, context stacks and routing cost more per review than the policy does. The
+WSGI side (``webhook.server.app``) turns the environ into a ``HookRequest`` and the ``Reply``
+into a response; everything else a review needs is here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from gunicorn.http.errors import NoMoreData, ParseException
+from werkzeug.exceptions import ClientDisconnected
+
+from webhook.admission import priorities, review
+from webhook.admission.core import Evaluator
+from webhook.admission.hooks import Admission, Hook, Outcome, answer, internal_error, unavailable
+from webhook.admission.namespaces import NamespaceLookup
+from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
+from webhook.engine.findings import shorten
+from webhook.engine.policy import Policy
+from webhook.engine.scheduling import PriorityLookup
+from webhook.errors import BadReview, ClusterStateUnknown, OffloadFailed
+from webhook.loading import jsondoc
+from webhook.server import offload
+from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
+from webhook.server.logs import get_logger
+from webhook.server.metrics import Metrics
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+
+PolicySource = Callable[[], Policy | None]
+
+log = get_logger("webhook.server.app")
+
+
+@dataclass(frozen=True, slots=True)
+class HookRequest:
+    """What a review call says over HTTP, read from the WSGI environ."""
+
+    path: str
+    # The API server's ``timeout`` query parameter, as sent (``3s``), if any.
+    timeout: str | None
+    # The media type alone, in lower case (``application/json``), or "".
+    mimetype: str
+    # None when the body is chunked or its length is not given.
+    content_length: int | None
+    body: BinaryIO
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str
+    # Close the connection after answering: the body was left unread, or cut off, and would
+    # be read as the next request on a kept-alive connection.
+    close: bool = False
+
+
+def text_reply(status: int, line: str, *, close: bool = False) -> Reply:
+    return Reply(status, f"{line}\n".encode(), TEXT, close)
+
+
+def json_reply(doc: object) -> Reply:
+    return Reply(200, jsondoc.dumps(doc), JSON)
+
+
+class ReviewHandler:
+    """Answers review calls with the policy, namespace defaults and priority classes given."""
+
+    def __init__(
+        self,
+        policy: PolicySource,
+        namespaces: NamespaceLookup,
+        priority_classes: PriorityLookup | None,
+        evaluate: Evaluator,
+        metrics: Metrics,
+        max_body_bytes: int,
+        gate: LargeReviewGate,
+        offloaded: offload.Offload,
+    ) -> None:
+        self.policy, self.namespaces = policy, namespaces
+        self.priority_classes = priority_classes or priorities.offline()
+        self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
+        self.gate, self.offload = gate, offloaded
+
+    def handle(self, hook: Hook, http: HookRequest) -> Reply:
+        started = time.perf_counter()
+        deadline = Deadline.after(timeout_seconds(http.timeout), time.monotonic())
+        try:
+            body = self._body(http)
+        except BadReview as exc:
+            return self._bad_request(hook, http, exc)
+        if len(body) <= LARGE_BODY_BYTES:
+            return self._review(hook, http, body, started)
+        if not self.gate.enter(len(body), deadline):
+            return self._busy(hook, body, started)
+        try:
+            return self._large_review(hook, http, body, started, deadline)
+        finally:
+            self.gate.leave()
+
+    def _large_review(
+        self, hook: Hook, http: HookRequest, body: bytes, started: float, deadline: Deadline
+    ) -> Reply:
+        """A review answered by the offload process (see ``offload``)."""
+        policy = self.policy()
+        if policy is None:
+            return self._review(hook, http, body, started)
+        env = review.envelope(body)
+        namespace = env.namespace if env is not None else None
+        if namespace in policy.excluded_namespaces:
+            namespace = None  # the engine skips it without asking
+        try:
+            outcome = self.offload.run(
+                hook,
+                body,
+                policy,
+                self.namespaces,
+                self.priority_classes,
+                timeout=deadline.remaining(),
+                namespace=namespace,
+            )
+        except OffloadFailed as exc:
+            log.warning("large_review_failed", hook=hook.value, error=str(exc))
+            return self._busy(hook, body, started)
+        except ClusterStateUnknown as exc:
+            seconds = time.perf_counter() - started
+            self._count(hook, Outcome.ERROR, None, seconds)
+            uid = env.uid if env is not None else "?"
+            uid = shorten(uid, ECHO_CHARS)
+            # A known failure: its reason, not a traceback.
+            log.error("admission_failed", uid=uid, hook=hook.value, error=str(exc))  # noqa: TRY400
+            return text_reply(500, f"cannot check the object of review {uid}: {exc}")
+        seconds = time.perf_counter() - started
+        if isinstance(outcome, offload.BadBody):
+            return self._bad_request(hook, http, BadReview(outcome.reason))
+        if isinstance(outcome, offload.Failed):
+            return self._failed(hook, outcome.request, seconds, internal=outcome.error)
+        if isinstance(outcome, offload.NeedsNamespace):  # looked up once already
+            raise TypeError("the offload process asked twice for a namespace")
+        self._record(hook, outcome.request, outcome.admission, seconds)
+        return json_reply(outcome.admission.review)
+
+    def _review(self, hook: Hook, http: HookRequest, body: bytes, started: float) -> Reply:
+        try:
+            req = parse_review(loads(body))
+        except BadReview as exc:
+            return self._bad_request(hook, http, exc)
+        try:
+            admission = self._admit(hook, req)
+        except ClusterStateUnknown as exc:
+            return self._failed(hook, req, time.perf_counter() - started, str(exc))
+        except Exception:  # noqa: BLE001 - logged with its traceback by _failed()
+            return self._failed(hook, req, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self._record(hook, req, admission, seconds)
+        return json_reply(admission.review)
+
+    def _bad_request(self, hook: Hook, http: HookRequest, exc: BadReview) -> Reply:
+        self.metrics.bad_requests.labels(hook=hook.value).inc()
+        log.warning(
+            "bad_request", hook=hook.value, reason=str(exc), path=shorten(http.path, ECHO_CHARS)
+        )
+        return text_reply(400, str(exc), close=True)
+
+    def _busy(self, hook: Hook, body: bytes, started: float) -> Reply:
+        """Refuse a large review that cannot be checked before the API server's deadline."""
+        message = (
+            f"preemptguard is checking other large objects and cannot check this one "
+            f"({len(body) // 1024:,} KiB) before the webhook times out: retry; objects this "
+            f"large are rare, and more than a few at once are refused"
+        )
+        seconds = time.perf_counter() - started
+        self._count(hook, Outcome.BUSY, None, seconds)
+        env = review.envelope(body)
+        if env is None:
+            # Not written by an API server: no review to answer with, and no reading it now.
+            return text_reply(503, f"busy: {message}")
+        log.warning(
+            "admission",
+            uid=shorten(env.uid, ECHO_CHARS),
+            hook=hook.value,
+            outcome=Outcome.BUSY.value,
+            allowed=False,
+            body_bytes=len(body),
+            detail=message,
+            duration_ms=round(seconds * 1000, 3),
+        )
+        return json_reply(review.refused_unread(env.api_version, env.uid, message, 429))
+
+    def _body(self, http: HookRequest) -> bytes:
+        if http.mimetype != JSON:
+            raise BadReview(f"content type must be {JSON}, not {http.mimetype or 'none'!r}")
+        length = http.content_length
+        if length is not None and length > self.max_body_bytes:
+            raise BadReview(f"body of {length} bytes is over the {self._limit()} limit")
+        wanted = self.max_body_bytes + 1 if length is None else length
+        try:
+            body = http.body.read(wanted)
+        except (ParseException, OSError, ClientDisconnected) as exc:
+            # A malformed chunk, a client gone or stalled: a bad request, not a server fault.
+            raise BadReview(
+                f"body could not be read: {shorten(_read_error(exc), ECHO_CHARS)}"
+            ) from None
+        if len(body) > self.max_body_bytes:
+            raise BadReview(f"body is over the {self._limit()} limit")
+        if length is not None and len(body) < length:
+            raise BadReview(
+                f"body ended after {len(body)} of the {length} bytes of its Content-Length"
+            )
+        return body
+
+    def _limit(self) -> str:
+        return f"{self.max_body_bytes / 2**20:g} MiB"
+
+    def _admit(self, hook: Hook, req: Request) -> Admission:
+        policy = self.policy()
+        if policy is None:
+            return unavailable(req, "preemptguard has no policy loaded yet; retry shortly")
+        return answer(
+            hook,
+            req,
+            policy,
+            self.namespaces,
+            self.evaluate,
+            priority_classes=self.priority_classes,
+        )
+
+    def _failed(
+        self,
+        hook: Hook,
+        req: Request,
+        seconds: float,
+        known: str | None = None,
+        *,
+        internal: str | None = None,
+    ) -> Reply:
+        """An HTTP 500, so that the API server applies the webhook's failurePolicy.
+
+        ``known`` is a failure that is understood (the namespace cannot be read): logged
+        without a traceback, and its reason is the answer. ``internal`` is an engine error
+        raised in the offload process, logged as it came.
+        """
+        self._count(hook, Outcome.ERROR, None, seconds)
+        fields = _request_fields(hook, req, seconds)
+        if internal is not None:
+            log.error("admission_failed", **fields, error=internal)
+            return text_reply(500, internal_error(req))
+        if known is None:
+            log.exception("admission_failed", **fields)
+            return text_reply(500, internal_error(req))
+        log.error("admission_failed", **fields, error=known)
+        what = f"{shorten(req.kind, ECHO_CHARS)} {shorten(req.name, ECHO_CHARS)}"
+        return text_reply(500, f"cannot check {what}: {known}")
+
+    def _record(self, hook: Hook, req: Request, admission: Admission, seconds: float) -> None:
+        wclass = admission.workload_class
+        self._count(hook, admission.outcome, wclass, seconds)
+        response = admission.review["response"]
+        log.info(
+            "admission",
+            **_request_fields(hook, req, seconds),
+            user=shorten(req.user, ECHO_CHARS),
+            dry_run=req.dry_run,
+            workload_class=wclass,
+            source=admission.source,
+            outcome=admission.outcome.value,
+            allowed=response["allowed"],
+            patch_ops=admission.patch_ops,
+            warnings=len(response.get("warnings", ())),
+            detail=admission.detail or None,
+        )
+
+    def _count(self, hook: Hook, outcome: Outcome, wclass: str | None, seconds: float) -> None:
+        self.metrics.count_admission(hook.value, outcome.value, wclass or "none", seconds)
+
+
+def _request_fields(hook: Hook, req: Request, seconds: float) -> dict[str, object]:
+    """What every log line about one review says, values from the request cut short."""
+    return {
+        "uid": shorten(req.uid, ECHO_CHARS),
+        "hook": hook.value,
+        "operation": req.operation,
+        "kind": shorten(req.kind, ECHO_CHARS),
+        "namespace": shorten(req.namespace, ECHO_CHARS) if req.namespace else None,
+        "name": shorten(req.name, ECHO_CHARS),
+        "duration_ms": round(seconds * 1000, 3),
+    }
+
+
+def _read_error(exc: Exception) -> str:
+    if type(exc) is NoMoreData or isinstance(exc, ClientDisconnected):
+        return "the client closed the connection before the end of the body"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split()) or type(exc).__name__
