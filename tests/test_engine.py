@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 from typing import Any, cast
 
@@ -443,7 +444,7 @@ def test_input_is_never_modified(policy: Policy) -> None:
 
 
 def test_warn_mode_allows_and_reports(policy: Policy) -> None:
-    warn = Policy(**{**policy.__dict__, "mode": Mode.WARN})
+    warn = dataclasses.replace(policy, mode=Mode.WARN)
     obj = pod({"containers": C, "nodeSelector": {KEY: "standard"}})
     decision = evaluate(obj, warn, CTX)
     assert decision.allowed
@@ -456,7 +457,7 @@ def test_warn_mode_allows_and_reports(policy: Policy) -> None:
 
 
 def test_without_a_taint_no_toleration_is_added(policy: Policy) -> None:
-    untainted = Policy(**{**policy.__dict__, "taint": None})
+    untainted = dataclasses.replace(policy, taint=None)
     decision = evaluate(pod({"containers": C}), untainted, CTX)
     assert "tolerations" not in decision.mutated["spec"]
     assert decision.mutated["spec"]["affinity"] == required("In")

@@ -9,6 +9,7 @@ these use (optional fields, the strings and lists extensions, two-variable compr
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import re
@@ -160,7 +161,7 @@ def test_every_refusal_in_one_message_as_the_webhook_joins_them(
 
 def test_warn_mode_warns_instead_of_refusing() -> None:
     policy = load_policy(POLICY_DIR)
-    warned = export(type(policy)(**{**policy.__dict__, "mode": Mode.WARN})).objects
+    warned = export(dataclasses.replace(policy, mode=Mode.WARN)).objects
     binding = next(o for o in warned if o["kind"] == "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["validationActions"] == ["Warn"]
     vap = next(o for o in warned if o["kind"] == "ValidatingAdmissionPolicy")

@@ -25,7 +25,7 @@ from webhook.engine.workloads import api_group, mapping_at
 Evaluator = Callable[[Obj, Policy, Context], Decision]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Subject:
     """What one request asks about."""
 
@@ -90,7 +90,7 @@ def cluster_scoped(obj: Obj, policy: Policy) -> bool:
     return (group, kind) in CLUSTER_SCOPED or (listed is not None and listed.cluster_scoped)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Judgement:
     """The engine's decision and the JSON Patch turning the object into the decided one."""
 

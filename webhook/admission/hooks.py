@@ -40,7 +40,7 @@ class Outcome(enum.Enum):
     ERROR = "error"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Admission:
     """The review to send back, with what the log line and the metrics need.
 

@@ -17,7 +17,7 @@ from webhook.engine.workloads import mapping_at, string_map
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NamespaceMeta:
     """What the engine reads of the request's namespace."""
 

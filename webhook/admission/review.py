@@ -63,7 +63,7 @@ class AdmissionReview(TypedDict):
     response: AdmissionResponse
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """The parts of an AdmissionReview request the server acts on and logs."""
 
@@ -92,6 +92,9 @@ class Request:
     @property
     def requester(self) -> Requester:
         return Requester(username=self.user, groups=self.groups)
+
+
+_OPERATIONS = frozenset(get_args(AdmissionOperation))
 
 
 def loads(body: bytes) -> object:
@@ -126,7 +129,7 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     if uid in jsondoc.UNREAD:
         raise BadReview(f"request.uid is {uid[1:-1].removeprefix('not read: ')}, not a string")
     operation = raw.get("operation")
-    if operation not in get_args(AdmissionOperation):
+    if operation not in _OPERATIONS:
         raise BadReview(
             f"request.operation {shorten(repr(operation), ECHO_CHARS)} is not one of "
             "CREATE, UPDATE, DELETE, CONNECT"
@@ -169,7 +172,7 @@ _OPERATION = re.compile(rb'"operation"\s*:')
 _PREAMBLE_BYTES = 4096
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Envelope:
     """What the start of a review, as the API server writes it, says."""
 

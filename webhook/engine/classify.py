@@ -14,7 +14,7 @@ WORKLOAD_ANNOTATION = "together.ai/workload"
 NAMESPACE_DEFAULT_ANNOTATION = "together.ai/default-workload"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodFacts:
     """What classification looks at."""
 
@@ -29,7 +29,7 @@ class PodFacts:
     default_class: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
     classification: Classification
     refusals: tuple[Finding, ...] = ()

@@ -33,7 +33,7 @@ MAX_LABEL_VALUES = 100
 MAX_TERMS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TermView:
     """What one nodeSelectorTerm allows for the values of one label key.
 
@@ -162,7 +162,7 @@ def required_terms(spec: dict[str, Any]) -> list[Any] | None:
     return terms if isinstance(terms, list) and terms else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeConstraints:
     """A pod's nodeSelector and required node affinity, as they bear on one label key."""
 

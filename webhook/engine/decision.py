@@ -15,7 +15,7 @@ Obj = dict[str, Any]
 AdmissionOperation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Requester:
     """Who sent the request, as the API server authenticated them (``request.userInfo``)."""
 
@@ -23,7 +23,7 @@ class Requester:
     groups: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Context:
     """Facts about the request that are not in the object itself."""
 
@@ -41,7 +41,7 @@ class Context:
     priority_classes: PriorityLookup | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Classification:
     """The workload class and the source that decided it."""
 
@@ -50,7 +50,7 @@ class Classification:
     detail: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Part:
     """The judgement of one pod template of a workload, at ``path`` in the object.
 
@@ -67,7 +67,7 @@ class Part:
     changes: tuple[Finding, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """The engine's answer for one object.
 

@@ -17,7 +17,7 @@ API_DEFAULT_GRACE = 30
 GRACE_FIELD = "spec.terminationGracePeriodSeconds"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GraceBudget:
     """The grace-period limits one pod is held to, with what is wrong with its request."""
 
@@ -80,7 +80,7 @@ def grace_violation(spec: Mapping[str, Any]) -> Finding | None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GraceAdjustment:
     """What adjusting the grace period changed, and the warning a lowered one earns."""
 

@@ -23,61 +23,68 @@ def make_patch(original: Obj, mutated: Obj) -> list[PatchOp]:
     Paths are RFC 6901 pointers: ``together.ai/compute-class`` reads ``together.ai~1compute-class``.
     """
     ops: list[PatchOp] = []
-    stack: list[tuple[Any, Any, tuple[str, ...]]] = [(original, mutated, ())]
+    # Each entry carries the pointer of its place, built once as the diff descends.
+    stack: Pending = [(original, mutated, "")]
     while stack:
-        before, after, parts = stack.pop()
+        before, after, path = stack.pop()
         if before is after:
             continue
         if isinstance(before, dict) and isinstance(after, dict):
-            pending = _dict_ops(before, after, parts, ops)
+            pending = _dict_ops(before, after, path, ops)
         elif isinstance(before, list) and isinstance(after, list):
-            pending = _list_ops(before, after, parts, ops)
+            pending = _list_ops(before, after, path, ops)
         else:
             if before != after or type(before) is not type(after):
-                ops.append({"op": "replace", "path": pointer(parts), "value": after})
+                ops.append({"op": "replace", "path": path, "value": after})
             continue
         # Reversed, so that children come off the stack in document order.
         stack.extend(reversed(pending))
     return ops
 
 
-Pending = list[tuple[Any, Any, tuple[str, ...]]]
+Pending = list[tuple[Any, Any, str]]
 
 
 def _dict_ops(
-    before: dict[str, Any], after: dict[str, Any], parts: tuple[str, ...], ops: list[PatchOp]
+    before: dict[str, Any], after: dict[str, Any], path: str, ops: list[PatchOp]
 ) -> Pending:
     pending: Pending = []
     for key, old in before.items():
         if key not in after:
-            ops.append({"op": "remove", "path": pointer((*parts, key))})
+            ops.append({"op": "remove", "path": f"{path}/{_escaped(key)}"})
         elif after[key] is not old:
-            pending.append((old, after[key], (*parts, key)))
+            pending.append((old, after[key], f"{path}/{_escaped(key)}"))
     for key, new in after.items():
         if key not in before:
-            ops.append({"op": "add", "path": pointer((*parts, key)), "value": new})
+            ops.append({"op": "add", "path": f"{path}/{_escaped(key)}", "value": new})
     return pending
 
 
-def _list_ops(
-    before: list[Any], after: list[Any], parts: tuple[str, ...], ops: list[PatchOp]
-) -> Pending:
+def _list_ops(before: list[Any], after: list[Any], path: str, ops: list[PatchOp]) -> Pending:
     pending: Pending = []
     shared = min(len(before), len(after))
     for i in range(shared):
         if after[i] is not before[i]:
-            pending.append((before[i], after[i], (*parts, str(i))))
+            pending.append((before[i], after[i], f"{path}/{i}"))
     # Removed from the end backwards, so that each index is still valid when applied.
     for i in range(len(before) - 1, shared - 1, -1):
-        ops.append({"op": "remove", "path": pointer((*parts, str(i)))})
+        ops.append({"op": "remove", "path": f"{path}/{i}"})
     for i in range(shared, len(after)):
-        ops.append({"op": "add", "path": pointer((*parts, str(i))), "value": after[i]})
+        ops.append({"op": "add", "path": f"{path}/{i}", "value": after[i]})
     return pending
 
 
 def pointer(parts: tuple[str | int, ...]) -> str:
     """RFC 6901: ``~`` is written ``~0`` and ``/`` is written ``~1`` in each part."""
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+    return "".join(f"/{_escaped(part)}" for part in parts)
+
+
+def _escaped(part: object) -> str:
+    # Keys read from YAML may be numbers or booleans; a pointer spells them as text.
+    text = part if isinstance(part, str) else str(part)
+    if "~" in text or "/" in text:
+        return text.replace("~", "~0").replace("/", "~1")
+    return text
 
 
 def apply_patch(original: Obj, ops: list[PatchOp]) -> Obj:

@@ -25,7 +25,7 @@ PREFERRED_PATH = f"spec.affinity.nodeAffinity.{PREFERRED}"
 SELECTOR_PATH = "spec.nodeSelector"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Checked:
     """What ``check`` found: the pod's node constraints, and why it is refused (if it is)."""
 
@@ -33,7 +33,7 @@ class Checked:
     refusals: tuple[Finding, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Placed:
     """What ``place`` changed, and the warnings it earned."""
 

@@ -29,7 +29,7 @@ class Mode(enum.Enum):
     WARN = "warn"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeLabel:
     """The node label that tells the two kinds of capacity apart."""
 
@@ -38,7 +38,7 @@ class NodeLabel:
     standard: str = "standard"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Taint:
     """The taint preemptible nodes carry; pods that may run there must tolerate it."""
 
@@ -50,7 +50,7 @@ class Taint:
         return f"{self.key}={self.value}:{self.effect}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkloadClass:
     name: str
     placement: Placement
@@ -60,7 +60,7 @@ class WorkloadClass:
     scheduler_name: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LabelRequirement:
     """One matchExpressions entry of a label selector."""
 
@@ -79,7 +79,7 @@ class LabelRequirement:
         return not present or labels[self.key] not in self.values  # NotIn
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Match:
     """What a classification rule looks at; every given field must match."""
 
@@ -91,7 +91,7 @@ class Match:
     template_roles: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rule:
     name: str
     workload_class: str
@@ -103,7 +103,7 @@ EVERY_ITEM = "[*]"
 EVERY_VALUE = "*"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TemplateSpec:
     """Where one pod template lives in objects of a kind, and what it is.
 
@@ -128,7 +128,7 @@ class TemplateSpec:
         return dotted(self.path)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadKind:
     """A kind (API group and kind) whose objects hold pod templates.
 
@@ -168,7 +168,7 @@ def dotted(path: tuple[str | int, ...]) -> str:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrustedRequesters:
     """Who may create the pods the engine leaves alone: only the request says who that is.
 
@@ -193,7 +193,7 @@ RESERVED_CLASS_NAMES = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     name: str
     mode: Mode = Mode.ENFORCE

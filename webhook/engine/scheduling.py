@@ -49,7 +49,7 @@ class PriorityClassInfo(NamedTuple):
 PriorityLookup = Callable[[str], PriorityClassInfo | None]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulingPlan:
     """The class's priority class as the cluster holds it (None: the class names none)."""
 
@@ -75,7 +75,7 @@ def plan_scheduling(
     return SchedulingPlan(priority=info), None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Scheduled:
     changes: tuple[Finding, ...] = ()
     notes: tuple[Finding, ...] = ()

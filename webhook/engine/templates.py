@@ -25,7 +25,7 @@ from webhook.engine.workloads import mapping_at, value_at
 PLACEMENT_ANNOTATION = "together.ai/placement"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Judged:
     """What a template is, whether it may be placed, and (when it may) how."""
 
@@ -36,7 +36,7 @@ class Judged:
     plan: Plan | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     wclass: WorkloadClass
     node: NodeConstraints
@@ -45,7 +45,7 @@ class Plan:
     priority_classes: PriorityLookup | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Placement:
     changes: tuple[Finding, ...] = ()
     notes: tuple[Finding, ...] = ()

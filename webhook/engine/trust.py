@@ -18,7 +18,7 @@ from webhook.engine.workloads import MIRROR_ANNOTATION, controller_owner, mappin
 DAEMONSET_API_VERSION = "apps/v1"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Exemption:
     """Why the pod is left alone (``skip``), or what its claims earn it (``notes``)."""
 

@@ -72,7 +72,7 @@ BUILTIN_KINDS: dict[tuple[str, str], WorkloadKind] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Template:
     """A pod template found in an object: where it is, which path of its kind found it, and
     the kind of its pods' controller."""
@@ -213,7 +213,7 @@ def string_map(raw: Any) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Owner:
     """A pod's controlling owner reference, as the pod states it (a claim, not a proof)."""
 
