@@ -70,14 +70,25 @@ def _trivial_flask() -> Any:
         # Made before gunicorn forks its workers, so every worker counts into the same value.
         seen = mp.Value(ctypes.c_long, 0)
 
+        # The same-patch yardstick of benchmarks/e2e_bench.py: with this folder set, a pod
+        # that names a workload class gets, from /mutate, the patch in its file "patch" (what
+        # preemptguard answers for that pod); until that file exists, its review is kept in
+        # "review.json" for the bench to compute that patch from.
+        annotated = os.environ.get(SAME_PATCH_DIR)
+        patch: list[str] = []
+
         @app.post("/mutate")
         @app.post("/validate")
         def allow() -> Any:
-            uid = request.get_json()["request"]["uid"]
+            review = request.get_json()
+            uid = review["request"]["uid"]
             with seen.get_lock():
                 seen.value += 1
+            response = {"uid": uid, "allowed": True}
+            if annotated and request.path == "/mutate" and _names_a_class(review):
+                response.update(_same_patch(Path(annotated), request.get_data(), patch))
             body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "response": {"uid": uid, "allowed": True}}  # fmt: skip
+                    "response": response}  # fmt: skip
             return app.response_class(json.dumps(body), mimetype="application/json")
 
         @app.get("/answered")
@@ -91,6 +102,23 @@ def _trivial_flask() -> Any:
 
         _FLASK = app
     return _FLASK
+
+
+SAME_PATCH_DIR = "PREEMPTGUARD_BENCH_SAME_PATCH_DIR"
+
+
+def _names_a_class(review: Any) -> bool:
+    obj = review["request"].get("object") or {}
+    return "together.ai/workload" in (obj.get("metadata", {}).get("annotations") or {})
+
+
+def _same_patch(folder: Path, body: bytes, patch: list[str]) -> dict[str, Any]:
+    if not patch:
+        if not (folder / "patch").exists():
+            (folder / "review.json").write_bytes(body)
+            return {}
+        patch.append((folder / "patch").read_text())
+    return {"patch": patch[0], "patchType": "JSONPatch"}
 
 
 def serve_allow(port: int, tls: Path, workers: int) -> None:

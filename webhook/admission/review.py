@@ -129,7 +129,7 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     if uid in jsondoc.UNREAD:
         raise BadReview(f"request.uid is {uid[1:-1].removeprefix('not read: ')}, not a string")
     operation = raw.get("operation")
-    if operation not in _OPERATIONS:
+    if not isinstance(operation, str) or operation not in _OPERATIONS:
         raise BadReview(
             f"request.operation {shorten(repr(operation), ECHO_CHARS)} is not one of "
             "CREATE, UPDATE, DELETE, CONNECT"

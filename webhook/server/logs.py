@@ -22,7 +22,6 @@ _TRACEBACKS = structlog.processors.ExceptionRenderer(
 
 def _shared_processors() -> list[structlog.types.Processor]:
     return [
-        structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
@@ -30,6 +29,8 @@ def _shared_processors() -> list[structlog.types.Processor]:
 
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Send structlog events to ``stream`` (stdout) as JSON lines, at ``level`` and above."""
+    global _generation
+    _generation += 1
     structlog.configure(
         processors=[
             *_shared_processors(),
@@ -75,9 +76,36 @@ def stdlib_config(level: str = "info") -> dict[str, Any]:
     }
 
 
+# Counts calls of ``configure``: a logger binds itself again after each (see _Logger).
+_generation = 0
+
+
 def get_logger(name: str) -> Any:
     """A structlog logger tagged with ``component=name``; configured on first use, not on import."""
-    return structlog.get_logger(component=name)
+    return _Logger(name)
+
+
+class _Logger:
+    """A structlog logger bound once per configuration.
+
+    structlog's own lazy proxy binds a new logger on every call unless told to cache it for
+    good, which would keep loggers made at import on the first configuration (tests and a
+    level change reconfigure). Binding costs more than writing the line, and the server
+    writes one per review, so this proxy binds again only after ``configure``.
+    """
+
+    __slots__ = ("_bound", "_generation", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._generation = -1
+        self._bound: Any = None
+
+    def __getattr__(self, method: str) -> Any:
+        if self._generation != _generation:
+            self._bound = structlog.get_logger(component=self._name).bind()
+            self._generation = _generation
+        return getattr(self._bound, method)
 
 
 def _component(
