@@ -262,13 +262,14 @@ def test_of_two_replicas_one_acts_and_the_other_takes_over_without_recounting(
     b = observers.start("observer-b")
     _wait(b.observer.synced.is_set, what="b synced")
     _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
-    time.sleep(0.3)
+    # Both have the reclaim before its first pod goes, whatever the machine's load.
+    _wait(lambda: a.observer.tracker.reclaims and b.observer.tracker.reclaims, what="both see it")
     fake.remove("Pod", "sweep", "team")
     _wait(lambda: a.displaced() == 1, what="a records")
     assert not b.observer.leading.is_set()
     assert b.displaced() == 0
     a.halt()  # releases the Lease: b takes over at once
-    _wait(b.observer.leading.is_set, timeout=5, what="b leads")
+    _wait(b.observer.leading.is_set, what="b leads")
     fake.remove("Pod", "web-7d9-x", "team")
     _wait(lambda: b.displaced() == 1, what="b records")
     time.sleep(0.3)

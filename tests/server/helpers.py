@@ -225,7 +225,7 @@ class ServerProcess:
             self._log.close()
 
 
-def wait_for(condition: Any, timeout: float = 10, interval: float = 0.1) -> Any:
+def wait_for(condition: Any, timeout: float = 30, interval: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
