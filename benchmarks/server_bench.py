@@ -16,7 +16,9 @@ connection; (c) a fixed 400 requests/s (``hey -q`` per connection) p50/p99; (d) 
 128 connections beside idle handshaken ones (as Go's client parks them), counting non-200
 answers, errors and hung requests (no answer within ``--timeout``). Each measurement runs
 ``--repeats`` times, alternating which server goes first; medians are printed, with the ratio
-to the always-allow app and the goal. Then the RSS of each ``serve`` worker (and of its
+to the always-allow app and the goal. (e) The always-allow app beside the same answer from a
+bare WSGI function under the same server: preemptguard serves its hooks without Flask, so this
+shows how much of the yardstick is Flask's. Then the RSS of each ``serve`` worker (and of its
 large-review child) before and after ``--rss-reviews`` more reviews.
 """
 
@@ -121,7 +123,18 @@ def _same_patch(folder: Path, body: bytes, patch: list[str]) -> dict[str, Any]:
     return {"patch": patch[0], "patchType": "JSONPatch"}
 
 
-def serve_allow(port: int, tls: Path, workers: int) -> None:
+def bare_allow(environ: dict[str, Any], start_response: Any) -> Any:
+    """Always allow as a bare WSGI function (no Flask): the floor of the stack, for (e)."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    uid = json.loads(environ["wsgi.input"].read(length))["request"]["uid"]
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "response": {"uid": uid, "allowed": True}}).encode()  # fmt: skip
+    start_response("200 OK", [("Content-Type", "application/json"),
+                              ("Content-Length", str(len(body)))])  # fmt: skip
+    return [body]
+
+
+def serve_allow(port: int, tls: Path, workers: int, *, bare: bool = False) -> None:
     """In a subprocess: the always-allow app under the server ``preemptguard serve`` runs."""
     from webhook.server import gunicorn as serving
     from webhook.server import logs
@@ -133,7 +146,7 @@ def serve_allow(port: int, tls: Path, workers: int) -> None:
     logs.configure(settings.log_level)
     store = CertStore(tls / "tls.crt", tls / "tls.key", Metrics())
     _trivial_flask()
-    serving.run(trivial_app, store, settings, serving.Hooks())
+    serving.run(bare_allow if bare else trivial_app, store, settings, serving.Hooks())
 
 
 # --- servers as subprocesses ----------------------------------------------------------------
@@ -215,13 +228,16 @@ def preemptguard_server(tls: Path, workers: int | None, log: Path) -> Iterator[S
 
 
 @contextmanager
-def allow_server(tls: Path, workers: int, log: Path | None = None) -> Iterator[Server]:
+def allow_server(
+    tls: Path, workers: int, log: Path | None = None, *, bare: bool = False
+) -> Iterator[Server]:
     """The always-allow app on a free port, under ``preemptguard serve``'s server with its
-    default threads; certificates in ``tls``."""
+    default threads; certificates in ``tls``. ``bare``: the bare WSGI one."""
     port = free_port()
     argv = [sys.executable, __file__, "--serve-allow", "--port", str(port), "--tls", str(tls),
-            "--workers", str(workers)]  # fmt: skip
-    with _running("always-allow", argv, port, tls, log or Path(os.devnull)) as server:
+            "--workers", str(workers), *(["--bare"] if bare else [])]  # fmt: skip
+    label = "always-allow (bare WSGI)" if bare else "always-allow"
+    with _running(label, argv, port, tls, log or Path(os.devnull)) as server:
         yield server
 
 
@@ -521,11 +537,41 @@ def bench(args: argparse.Namespace) -> None:
                 default_settings)  # fmt: skip
     if not args.skip_one:
         section("1 process", hey, tls, 1, 1, args, work, one_process)
+    if not args.skip_default:
+        stack_floor(hey, tls, cpus, args, work)
     if args.rss_reviews:
         memory(hey, tls, args, work)
     print(f"\n# load average at the end {load_average()}; server logs in {work}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def stack_floor(hey: Hey, tls: Path, workers: int, args: argparse.Namespace, work: Path) -> None:
+    """(e) The always-allow app of (a) beside the same answer from a bare WSGI function: how
+    much of the stack is Flask's. preemptguard answers its hooks without Flask, so this shows
+    what the yardstick of (a) holds that preemptguard's reviews do not pay."""
+    with ExitStack() as stack:
+        bare = stack.enter_context(allow_server(tls, workers, work / "bare.log", bare=True))
+        flask = stack.enter_context(allow_server(tls, workers, work / "allow-e.log"))
+        for server in (bare, flask):
+            hey.run(server, 4, requests=400)
+        runs = alternate(
+            (bare, flask), args.repeats, lambda s: hey.run(s, 16, seconds=args.seconds)
+        )
+        print(
+            f"\n## (e) the stack without Flask: always-allow as a bare WSGI function beside the "
+            f"Flask always-allow of (a), {workers} worker(s), 16 connections; load average "
+            f"{load_average()}"
+        )
+        rates = []
+        labels = ("bare WSGI always-allow", "Flask always-allow, as in (a)")
+        for label, side in zip(labels, runs, strict=True):
+            rates.append(median([r.rate for r in side]))
+            cpu = median([r.cpu_us_per_review for r in side])
+            listed = _fmt_runs(side, lambda r: r.rate, ".0f")
+            print(f"{label:44} {rates[-1]:9.0f} /s   server CPU {cpu:4.0f} us per review   "
+                  f"runs: {listed}")  # fmt: skip
+        print(f"{'Flask / bare':44} {rates[1] / rates[0]:9.2f}x")
 
 
 def memory(hey: Hey, tls: Path, args: argparse.Namespace, work: Path) -> None:
@@ -578,9 +624,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tls", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_allow:
-        serve_allow(args.port, args.tls, args.workers)
+        serve_allow(args.port, args.tls, args.workers, bare=args.bare)
     else:
         bench(args)
 
