@@ -165,7 +165,7 @@ def test_deeply_nested_json_and_undecodable_stdin_exit_two(tmp_path: Path) -> No
         check=False,
     )
     assert done.returncode == 2
-    assert b"<stdin>: cannot read: not UTF-8 text" in done.stderr
+    assert b"<stdin>:2: cannot read: not UTF-8 text (byte 16)" in done.stderr
     assert b"Traceback" not in done.stderr
 
 

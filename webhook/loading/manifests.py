@@ -5,16 +5,27 @@ many objects holds one at a time. Namespace and PriorityClass objects are also f
 the stream (``read_ahead``), since an object anywhere in the input may be in a namespace, or
 name a priority class, that a later document declares, as ``kubectl apply -f app/ -f
 namespaces.yaml`` allows.
+
+No input is held whole (a JSON file aside: it is one value, parsed at once). Each is read in
+blocks, first to check it (its size, that it is UTF-8 text) and to find the documents that
+may declare a Namespace or PriorityClass, then again by libyaml, which reads the file itself.
+An input that cannot be read twice (stdin, a pipe such as ``-f <(kubectl get ...)``, a
+device) is copied to a temporary file as it is first read, and read again from there.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import re
+import os
+import stat
+import tempfile
+import weakref
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import IO, Any, ClassVar, Protocol, TextIO
 
 import yaml
 
@@ -35,31 +46,46 @@ STDIN_NAME = "<stdin>"
 # libyaml parses many times faster than the pure-Python parser; fall back when it is absent.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR_TAG = "tag:yaml.org,2002:str"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MAP_TAG = "tag:yaml.org,2002:map"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_Scalar, _Sequence = yaml.ScalarNode, yaml.SequenceNode
+# The first characters of the plain scalars some implicit resolver (bool, int, float, null,
+# timestamp, merge, ...) may claim; any other plain scalar is a string.
+_RESOLVED_FIRST = frozenset(_BaseLoader.yaml_implicit_resolvers)
+assert None not in _RESOLVED_FIRST  # no resolver for any first character
+assert not _BaseLoader.yaml_path_resolvers
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    # What a plain scalar resolves to (str, int, bool, ...) depends on its text only, and
-    # manifests repeat the same keys and values: remembered, up to a bound.
-    _resolved: ClassVar[dict[tuple[str, Any], str]] = {}
+    """The safe loader. No path resolver is registered, so what a node resolves to depends on
+    its kind and text alone."""
+
+    # Plain scalars that a resolver may claim ("300", "true", "nvidia.com/gpu") repeat from
+    # object to object: what each resolves to is remembered, up to a bound (names, unique to
+    # each object, would otherwise fill it).
+    _resolved: ClassVar[dict[str, str]] = {}
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is not yaml.ScalarNode or len(value) > 64:
-            return super().resolve(kind, value, implicit)
-        key = (value, implicit)
-        tag = self._resolved.get(key)
+        if kind is not _Scalar:
+            return _SEQ_TAG if kind is _Sequence else _MAP_TAG
+        if not implicit[0] or (value and value[0] not in _RESOLVED_FIRST):
+            return _STR_TAG  # quoted, or a plain scalar no resolver claims
+        tag = self._resolved.get(value)
         if tag is None:
             tag = super().resolve(kind, value, implicit)
-            if len(self._resolved) < 100_000:
-                self._resolved[key] = tag
+            if len(self._resolved) < 10_000 and len(value) <= 64:
+                self._resolved[value] = tag
         return tag
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", bounded_int)
 
 # What one input (a file, stdin) may hold: far more than any manifest set, and a stop for
-# an endless one (/dev/zero, a pipe that never closes) before it fills memory.
+# an endless one (/dev/zero, a pipe that never closes) before it fills memory or disk.
 MAX_INPUT_BYTES = 64 * 2**20
+# How much of an input is checked at a time.
+_BLOCK = 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,18 +113,236 @@ class InputError:
 Item = Document | InputError
 
 
-@dataclass(frozen=True, kw_only=True)
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class _Input(_Readable, Protocol):
+    def seek(self, offset: int, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(kw_only=True, eq=False)
 class Source:
-    """One input: a file, read each time its text is asked for, or stdin, read once."""
+    """One input: a file, or stdin (``path`` None). Read through once to check it
+    (``problem``), which also finds the documents worth reading ahead; then read again from
+    its start as often as asked (``open``)."""
 
     name: str
     path: Path | None = None
-    stdin_text: str | None = None
+    stdin: TextIO | None = None
+    # Stdin, or a file that is not a regular file, copied as it is first read.
+    _spool: IO[bytes] | None = field(default=None, init=False, repr=False)
+    _checked: bool = field(default=False, init=False, repr=False)
+    _problem: InputError | None = field(default=None, init=False, repr=False)
+    # Where the documents that may declare a Namespace or PriorityClass are: (start, end).
+    _ahead: list[tuple[int, int]] = field(default_factory=list, init=False, repr=False)
 
-    def text(self) -> str | InputError:
+    def problem(self) -> InputError | None:
+        """Why this input cannot be read (unreadable, too large, not UTF-8), if it cannot."""
+        if not self._checked:
+            self._checked = True
+            try:
+                self._problem = self._check()
+            except OSError as exc:
+                self._problem = self._error(None, f"cannot read: {exc.strerror or exc}")
+            except UnicodeEncodeError:
+                # A text stdin holds undecodable bytes as surrogates when the locale is not
+                # UTF-8.
+                self._problem = self._error(None, "cannot read: not UTF-8 text")
+        return self._problem
+
+    def ahead(self) -> list[tuple[int, int]]:
+        """Where the documents that may hold a Namespace or PriorityClass are: byte offsets."""
+        return [] if self.problem() is not None else self._ahead
+
+    def open(self) -> _Input:
+        """The input from its start (once ``problem`` has said it can be read)."""
+        if self._spool is not None:
+            return _SpoolReader(self._spool)
+        assert self.path is not None
+        return self.path.open("rb")
+
+    def _check(self) -> InputError | None:
         if self.path is None:
-            return self.stdin_text or ""
-        return _read_file(self.path)
+            binary = getattr(self.stdin, "buffer", None)
+            return self._scan(binary if binary is not None else _Encoded(self.stdin), spool=True)
+        with self.path.open("rb") as file:
+            return self._scan(file, spool=not stat.S_ISREG(os.fstat(file.fileno()).st_mode))
+
+    def _error(self, line: int | None, message: str) -> InputError:
+        return InputError(source=self.name, line=line, message=message)
+
+    def _scan(self, raw: _Readable, *, spool: bool) -> InputError | None:
+        """Read ``raw`` through in blocks, copying it to a spool if asked: its size, its
+        encoding, and where the documents worth reading ahead are. A document starts at each
+        line beginning with ``---``; a JSON file is one document."""
+        if spool:
+            # Read once only: kept for the reads that follow, gone with this source.
+            self._spool = tempfile.TemporaryFile()  # noqa: SIM115 - kept open, see finalize
+            weakref.finalize(self, self._spool.close)
+        whole = self.name.endswith(".json")
+        data = b""  # the bytes being looked at; data[:done] were looked at before
+        done = 0
+        offset = 0  # where data starts in the input
+        lines = 0  # newlines before data[done]
+        total = 0
+        doc_start, doc_may = 0, False
+        while True:
+            block = raw.read(min(_BLOCK, MAX_INPUT_BYTES + 1 - total))
+            if self._spool is not None:
+                self._spool.write(block)
+            total += len(block)
+            last = not block or total > MAX_INPUT_BYTES
+            # The last few bytes looked at stay ahead of the new ones: a word that a cut
+            # between blocks went through is found whole.
+            keep = min(done, _LOOKBEHIND)
+            offset += done - keep
+            data = data[done - keep :] + block
+            done = keep
+            cut = len(data) if last else _cut(data, done)
+            if not data.isascii():
+                try:
+                    data[done:cut].decode()
+                except UnicodeDecodeError as exc:
+                    at = done + exc.start
+                    line = lines + data.count(b"\n", done, at) + 1
+                    return self._error(line, f"cannot read: not UTF-8 text (byte {offset + at})")
+            # Where the words that make a document worth reading ahead stand, in order.
+            words = _positions(data, _READ_AHEAD_WORDS, 0, cut)
+            if not whole:
+                at_start = offset == done == 0 and cut >= 3 and data.startswith(b"---")
+                start = 0 if at_start else _line_start(data, done, cut)
+                while start >= 0:
+                    while words and words[-1] < start:
+                        words.pop()
+                        doc_may = True
+                    if doc_may:
+                        self._ahead.append((doc_start, offset + start))
+                    doc_start, doc_may = offset + start + 3, False
+                    start = _line_start(data, start + 1, cut)
+            doc_may = doc_may or bool(words)
+            lines += data.count(b"\n", done, cut)
+            done = cut
+            if last:
+                break
+        if total > MAX_INPUT_BYTES:
+            return self._error(None, _TOO_LARGE)
+        if doc_may:
+            self._ahead.append((doc_start, offset + len(data)))
+        if self._spool is not None:
+            self._spool.flush()
+        return None
+
+
+_TOO_LARGE = f"more than {MAX_INPUT_BYTES // 2**20} MiB: not read; split it into smaller files"
+
+
+# Longer than any of _READ_AHEAD_WORDS.
+_LOOKBEHIND = 16
+
+
+def _positions(data: bytes, words: tuple[bytes, ...], start: int, end: int) -> list[int]:
+    """Where ``words`` stand in ``data[start:end]``, last first."""
+    found = []
+    for word in words:
+        at = data.find(word, start, end)
+        while at >= 0:
+            found.append(at)
+            at = data.find(word, at + 1, end)
+    found.sort(reverse=True)
+    return found
+
+
+def _line_start(data: bytes, start: int, end: int) -> int:
+    """Where the first line beginning with ``---`` at or after ``start``, and before ``end``,
+    begins (``data[start - 1]`` is the byte before ``start``); -1 if none does."""
+    at = data.find(b"\n---", max(start - 1, 0), end + 2)
+    return -1 if at < 0 else at + 1
+
+
+def _cut(data: bytes, start: int) -> int:
+    """Where to stop looking at ``data`` for now: after its last newline (the rest of the line
+    waits for the next block), else, for a line longer than a block, before its last
+    character, which may be incomplete; never before a line's first 3 bytes (``---``)."""
+    newline = data.rfind(b"\n", start)
+    if newline >= 0:
+        return newline + 1
+    cut = len(data)
+    for _ in range(4):  # a character is at most 4 bytes: back over its continuation bytes
+        if cut <= start or data[cut - 1] & 0xC0 != 0x80:
+            break
+        cut -= 1
+    if cut > start and data[cut - 1] >= 0xC0:
+        cut -= 1
+    return cut if cut - start >= 3 else start
+
+
+class _SpoolReader:
+    """The spool of an input read once, from its start, at a position of its own."""
+
+    def __init__(self, spool: IO[bytes]) -> None:
+        self.spool, self.position = spool, 0
+
+    def read(self, size: int) -> bytes:
+        self.spool.seek(self.position)
+        data = self.spool.read(size)
+        self.position += len(data)
+        return data
+
+    def seek(self, position: int) -> int:
+        self.position = position
+        return position
+
+    def close(self) -> None:
+        pass
+
+
+class _Encoded:
+    """A text stream (stdin when it has no binary buffer) as UTF-8 bytes."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self.stream = stream
+
+    def read(self, size: int) -> bytes:
+        # Up to 4 bytes a character: a block of characters never makes more than ``size``.
+        return b"" if self.stream is None else self.stream.read(max(size // 4, 1)).encode()
+
+
+class _Reader:
+    """An input as libyaml reads it, in blocks: it stops (as if at the end) past
+    ``MAX_INPUT_BYTES``, and notes each line with an ``&``, where an anchor may stand."""
+
+    def __init__(self, stream: _Readable, name: str) -> None:
+        self.stream = stream
+        self.name = name  # named in libyaml's messages
+        self.size = 0
+        self.over = False
+        self.newlines = 0
+        self.ampersand_lines: deque[int] = deque()
+
+    def read(self, size: int) -> bytes:
+        if self.over:
+            return b""
+        data = self.stream.read(size)
+        self.size += len(data)
+        if self.size > MAX_INPUT_BYTES:
+            self.over = True
+            return b""
+        at = data.find(b"&")
+        while at >= 0:
+            self.ampersand_lines.append(self.newlines + data.count(b"\n", 0, at) + 1)
+            at = data.find(b"&", at + 1)
+        self.newlines += data.count(b"\n")
+        return data
+
+    def may_alias(self, first: int, last: int) -> bool:
+        """Whether an ``&`` was read on lines ``first`` to ``last``; lines are read in order."""
+        lines = self.ampersand_lines
+        while lines and lines[0] < first:
+            lines.popleft()
+        return bool(lines) and lines[0] <= last
 
 
 @dataclass(kw_only=True)
@@ -121,14 +365,11 @@ def load_manifests(paths: Sequence[str], stdin: TextIO) -> Manifests:
 
 
 def sources(paths: Sequence[str], stdin: TextIO) -> list[Source | InputError]:
-    """The inputs named by ``paths``: files, the files of folders, stdin (read now)."""
+    """The inputs named by ``paths``: files, the files of folders, stdin."""
     found: list[Source | InputError] = []
     for raw in paths:
         if raw == STDIN:
-            text = _read_stdin(stdin)
-            found.append(
-                text if isinstance(text, InputError) else Source(name=STDIN_NAME, stdin_text=text)
-            )
+            found.append(Source(name=STDIN_NAME, stdin=stdin))
             continue
         path = Path(raw)
         files = _folder_files(path) if path.is_dir() else [path]
@@ -140,110 +381,119 @@ def sources(paths: Sequence[str], stdin: TextIO) -> list[Source | InputError]:
 
 
 def read(inputs: Iterable[Source | InputError]) -> Iterator[Item]:
-    """Every object and every problem of ``inputs``, in order, one at a time."""
+    """Every object and every problem of ``inputs``, in order, one at a time. An input that
+    cannot be read (too large, not UTF-8) gives its problem and no object."""
     for source in inputs:
         if isinstance(source, InputError):
             yield source
             continue
-        text = source.text()
-        if isinstance(text, InputError):
-            yield text
-        elif source.name.endswith(".json"):
-            yield from _parse_json(source.name, text)
-        else:
-            yield from _parse_yaml(source.name, text)
+        problem = source.problem()
+        if problem is not None:
+            yield problem
+            continue
+        try:
+            stream = source.open()
+        except OSError as exc:
+            message = f"cannot read: {exc.strerror or exc}"
+            yield InputError(source=source.name, line=None, message=message)
+            continue
+        try:
+            if source.name.endswith(".json"):
+                yield from _read_json(source.name, stream)
+            else:
+                yield from _parse_yaml(source.name, _Reader(stream, source.name))
+        finally:
+            stream.close()
 
 
 # Kinds whose objects change how others are judged: read ahead, wherever they stand.
 READ_AHEAD_KINDS = frozenset({"Namespace", "PriorityClass"})
-# A document that may declare one, or a List holding one: worth reading ahead. Every style
-# (block, flow, JSON) writes the kind as the word itself, unless escapes spell it; a document
-# with neither cannot hold one. Reading ahead one that holds none costs time; missing one would
-# change verdicts.
-_MAY_HOLD_READ_AHEAD = re.compile(r"Namespace|PriorityClass|\\")
-_DOCUMENT_START = re.compile(r"(?m)^---")
+# A document that may declare one, or a List holding one, holds one of these words: worth
+# reading ahead. Every style (block, flow, JSON) writes the kind as the word itself, unless
+# escapes spell it; a document with neither cannot hold one. Reading ahead one that holds none
+# costs time; missing one would change verdicts. Documents start at each line beginning with
+# "---".
+_READ_AHEAD_WORDS = (b"Namespace", b"PriorityClass", b"\\")
 
 
 def read_ahead(inputs: Iterable[Source | InputError]) -> Iterator[Obj]:
     """The Namespace and PriorityClass objects of ``inputs``, read ahead: only the documents
     that can hold one are parsed, and problems are left for ``read`` to report."""
     for source in inputs:
-        if isinstance(source, InputError):
+        if isinstance(source, InputError) or source.problem() is not None:
             continue
-        text = source.text()
-        if not isinstance(text, str):
+        places = source.ahead()
+        if not places:
             continue
-        if source.name.endswith(".json"):
-            chunks = [text] if _MAY_HOLD_READ_AHEAD.search(text) else []
-        else:
-            chunks = [c for c in _DOCUMENT_START.split(text) if _MAY_HOLD_READ_AHEAD.search(c)]
-        for chunk in chunks:
-            parse = _parse_json if source.name.endswith(".json") else _parse_yaml
-            for item in parse(source.name, chunk):
+        try:
+            stream = source.open()
+        except OSError:
+            continue
+        try:
+            for item in _documents_at(source.name, stream, places):
                 if isinstance(item, Document) and item.obj.get("kind") in READ_AHEAD_KINDS:
                     yield item.obj
+        finally:
+            stream.close()
 
 
-def _read_file(path: Path) -> str | InputError:
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        message = f"cannot read: {exc.strerror or exc}"
-        return InputError(source=str(path), line=None, message=message)
-    return _decoded(str(path), data)
+def _documents_at(source: str, stream: _Input, places: list[tuple[int, int]]) -> Iterator[Item]:
+    if source.endswith(".json"):
+        yield from _read_json(source, stream)
+        return
+    for start, end in places:
+        stream.seek(start)
+        text = io.BytesIO(stream.read(end - start))
+        yield from _parse_yaml(source, _Reader(text, source))
 
 
-def _read_stdin(stdin: TextIO) -> str | InputError:
-    binary = getattr(stdin, "buffer", None)
-    if binary is not None:
-        return _decoded(STDIN_NAME, binary.read(MAX_INPUT_BYTES + 1))
-    text = stdin.read(MAX_INPUT_BYTES + 1)
-    try:
-        # Undecodable bytes arrive as surrogates when the locale is not UTF-8.
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return InputError(source=STDIN_NAME, line=None, message="cannot read: not UTF-8 text")
-    return _within_limit(STDIN_NAME, text, len(text))
-
-
-def _decoded(source: str, data: bytes) -> str | InputError:
+def _read_json(source: str, stream: _Readable) -> Iterator[Item]:
+    # A JSON file is one value: read whole (within the limit, as checked).
+    data = stream.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        yield InputError(source=source, line=None, message=_TOO_LARGE)
+        return
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         message = f"cannot read: not UTF-8 text (byte {exc.start})"
-        return InputError(source=source, line=None, message=message)
-    return _within_limit(source, text, len(data))
-
-
-def _within_limit(source: str, text: str, size: int) -> str | InputError:
-    if size <= MAX_INPUT_BYTES:
-        return text
-    limit = f"{MAX_INPUT_BYTES // 2**20} MiB"
-    message = f"more than {limit}: not read; split it into smaller files"
-    return InputError(source=source, line=None, message=message)
+        yield InputError(source=source, line=None, message=message)
+        return
+    del data
+    yield from _parse_json(source, text)
 
 
 def _folder_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
 
 
-def _parse_yaml(source: str, text: str) -> Iterator[Item]:
-    loader = _Loader(text)
-    # Anchors are rare in manifests: look for a recursive or exploding alias only where the
-    # text could hold one.
-    check_aliases = "&" in text
+def _parse_yaml(source: str, reader: _Reader) -> Iterator[Item]:
+    loader = _Loader(reader)
+    too_large = InputError(source=source, line=None, message=_TOO_LARGE)
+    ended = 1  # the line the document before ended on
     try:
         while loader.check_node():
             node = loader.get_node()
+            if reader.over:
+                yield too_large
+                return
             line = node.start_mark.line + 1
-            problem = alias_problem(node) if check_aliases else None
+            last = node.end_mark.line + 1
+            # Anchors are rare in manifests: look for a recursive or exploding alias only in a
+            # document whose lines hold an "&".
+            problem = alias_problem(node) if reader.may_alias(ended, last) else None
+            ended = last
             if problem is not None:
                 message, at = problem
                 yield InputError(source=source, line=at, message=f"not usable YAML: {message}")
                 continue
             yield from _objects(source, line, _python(loader, node))
+        if reader.over:
+            yield too_large
     except yaml.YAMLError as exc:
+        if reader.over:
+            yield too_large
+            return
         reason = getattr(exc, "problem", None) or str(exc)
         yield InputError(source=source, line=problem_line(exc), message=f"not valid YAML: {reason}")
     except RecursionError:
