@@ -58,13 +58,17 @@ assert not _BaseLoader.yaml_path_resolvers
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    """The safe loader. No path resolver is registered, so what a node resolves to depends on
-    its kind and text alone."""
+    """The safe loader, with the calls it makes for every node made cheap. No path resolver
+    is registered, so what a node resolves to depends on its kind and text alone, and the
+    composer's descending and ascending track nothing: they are C callables doing nothing."""
 
     # Plain scalars that a resolver may claim ("300", "true", "nvidia.com/gpu") repeat from
     # object to object: what each resolves to is remembered, up to a bound (names, unique to
     # each object, would otherwise fill it).
     _resolved: ClassVar[dict[str, str]] = {}
+
+    descend_resolver = slice  # called as (parent, index): makes a slice object, dropped
+    ascend_resolver = tuple  # called without arguments: the empty tuple
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is not _Scalar:
@@ -523,7 +527,7 @@ class _Values:
         self.made: dict[int, Any] = {}
 
     def of(self, node: yaml.Node) -> Any:
-        if node.__class__ is yaml.ScalarNode:
+        if node.__class__ is _Scalar:
             return node.value if node.tag == _STR_TAG else self.loader.construct_object(node)
         known = self.made.get(id(node))
         if known is not None:
@@ -531,9 +535,29 @@ class _Values:
         if isinstance(node, yaml.SequenceNode):
             items: list[Any] = []
             self.made[id(node)] = items
-            items.extend(self.of(item) for item in node.value)
+            for item in node.value:
+                is_text = item.__class__ is _Scalar and item.tag == _STR_TAG
+                items.append(item.value if is_text else self.of(item))
             return items
         assert isinstance(node, yaml.MappingNode)
+        pairs = node.value
+        # Nearly always every key is a string: the keys first, so that one written twice is
+        # refused before anything under it is made (as refuse_duplicate_keys does).
+        mapping: dict[Any, Any] = {}
+        for key_node, _ in pairs:
+            if key_node.__class__ is not _Scalar or key_node.tag != _STR_TAG:
+                return self._mapping(node)
+            mapping[key_node.value] = None
+        if len(mapping) != len(pairs):
+            refuse_duplicate_keys(node)
+        self.made[id(node)] = mapping
+        for key_node, value_node in pairs:
+            is_text = value_node.__class__ is _Scalar and value_node.tag == _STR_TAG
+            mapping[key_node.value] = value_node.value if is_text else self.of(value_node)
+        return mapping
+
+    def _mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
+        """A mapping with a key other than a string: a number, a merge (``<<``), a list."""
         refuse_duplicate_keys(node)
         if any(key.tag == _MERGE_TAG for key, _ in node.value):
             self.loader.flatten_mapping(node)
