@@ -120,7 +120,7 @@ def test_check_holds_one_document_at_a_time_not_the_file(
     assert (small_objects, large_objects) == (300, 3000)
     grown = large.stat().st_size - small.stat().st_size
     assert large_peak - small_peak < grown / 10, (small_peak, large_peak, grown)
-    assert large_peak < large.stat().st_size / 4
+    assert large_peak < large.stat().st_size / 2  # held whole, as bytes then as text: 2x
 
 
 def test_stdin_is_copied_to_a_file_not_held(monkeypatch: pytest.MonkeyPatch) -> None:

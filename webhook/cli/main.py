@@ -157,11 +157,16 @@ def _dry_run(paths: Sequence[str], policies: Path | None, namespace: str, report
     classes = priorities.from_objects(ahead)
     # The garbage collector would walk every object read so far, again and again; each is
     # freed by reference counting once it is reported.
-    with collector.paused():
-        for item in judge_each(read(inputs), policy, lookup, namespace, priority_classes=classes):
-            if isinstance(item, InputError):
-                click.echo(f"error: {item}", err=True)
-            report.add(item)
+    try:
+        with collector.paused():
+            for item in judge_each(
+                read(inputs), policy, lookup, namespace, priority_classes=classes
+            ):
+                if isinstance(item, InputError):
+                    click.echo(f"error: {item}", err=True)
+                report.add(item)
+    finally:
+        report.flush()  # what was judged before an interruption is shown
     return report.finish()
 
 

@@ -62,15 +62,41 @@ class Tally:
         return ExitStatus.REFUSED if self.refused else ExitStatus.ALLOWED
 
 
+class _Gathered:
+    """Text for a stream that is not a terminal, written in pieces of about 64 KiB: one
+    write per result would be one system call each where output is unbuffered
+    (``PYTHONUNBUFFERED``, as in the container image)."""
+
+    SIZE = 2**16
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.pending, self.size = out, list[str](), 0
+
+    def write(self, text: str) -> None:
+        self.pending.append(text)
+        self.size += len(text)
+        if self.size >= self.SIZE:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.out.write("".join(self.pending))
+            self.pending.clear()
+            self.size = 0
+        self.out.flush()
+
+
 class Report:
     """Writes results to ``out`` as they come (text); subclasses write JSON or explanations.
 
-    Nothing is kept but the tally and the input errors, so a run over any number of
-    objects holds one at a time.
+    Nothing is kept but the tally, the input errors and at most 64 KiB of text not yet
+    written (none on a terminal), so a run over any number of objects holds one at a time.
+    ``finish`` (or ``flush``) writes what is left.
     """
 
     def __init__(self, out: TextIO) -> None:
-        self.out, self.tally, self.errors = out, Tally(), list[str]()
+        self.out: TextIO | _Gathered = out if _is_terminal(out) else _Gathered(out)
+        self.tally, self.errors = Tally(), list[str]()
         # No result written yet: the JSON and explanations write no separator before the first.
         self.first = True
 
@@ -86,8 +112,12 @@ class Report:
     def write(self, r: Result) -> None:
         self.out.write("\n".join(text_lines(r)) + "\n")
 
+    def flush(self) -> None:
+        self.out.flush()
+
     def finish(self) -> ExitStatus:
         self.out.write(_summary_line(self.tally.as_json()) + "\n")
+        self.flush()
         return self.tally.exit_status()
 
 
@@ -104,6 +134,7 @@ class JsonReport(Report):
         summary = _indented(self.tally.as_json(), 1)
         errors = _indented(self.errors, 1)
         self.out.write(f'{results},\n  "summary": {summary},\n  "inputErrors": {errors}\n}}\n')
+        self.flush()
         return self.tally.exit_status()
 
 
@@ -114,7 +145,15 @@ class ExplainReport(Report):
         self.out.write(("" if self.first else "\n") + explain_block(r) + "\n")
 
     def finish(self) -> ExitStatus:
+        self.flush()
         return self.tally.exit_status()
+
+
+def _is_terminal(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except ValueError:  # closed
+        return False
 
 
 def _indented(value: Any, levels: int = 2) -> str:
