@@ -1,7 +1,8 @@
 """``preemptguard audit``: the live cluster judged by the same engine and policy as the webhook.
 
-Also what the live-cluster commands (``audit``, ``drill``, ``observe``) share: the cluster and
-policy options, and progress written to stderr.
+Also what the live-cluster commands (``audit``, ``drill``, ``observe``) share: the cluster
+options, the policy option (``cli/options.py``, which ``check`` shares too), and progress
+written to stderr.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from webhook.cli.options import policies_option
 from webhook.engine.policy import Policy
 from webhook.errors import PolicyError
 from webhook.loading.policies import builtin_policy, load_policy
@@ -47,16 +49,6 @@ def cluster_options(func: click.decorators.FC) -> click.decorators.FC:
         default=None,
         help="kubeconfig file (default: KUBECONFIG, in a pod its service account, "
         "else ~/.kube/config).",
-    )(func)
-
-
-def policies_option(func: click.decorators.FC) -> click.decorators.FC:
-    """``--policies``, the same option on every command that judges with a policy."""
-    return click.option(
-        "--policies",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Policy folder or file (default: the built-in default policy).",
     )(func)
 
 

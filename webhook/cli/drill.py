@@ -9,15 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from webhook.cli.audit import (
-    ERROR,
-    StatusLine,
-    cluster_options,
-    connect,
-    fail,
-    load,
-    policies_option,
-)
+from webhook.cli.audit import ERROR, StatusLine, cluster_options, connect, fail, load
+from webhook.cli.options import policies_option
 
 if TYPE_CHECKING:
     from webhook.cluster.drill import Plan, Report

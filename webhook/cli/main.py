@@ -12,9 +12,8 @@ import click
 
 from webhook import __version__
 from webhook.admission import namespaces, priorities
-from webhook.cli.audit import policies_option
 from webhook.cli.dryrun import judge_each
-from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
+from webhook.cli.options import policies_option
 from webhook.cli.report import ExitStatus, ExplainReport, JsonReport, Report
 from webhook.engine.policy import Policy
 from webhook.errors import CaseError, PolicyError
@@ -125,6 +124,8 @@ def explain_command(paths: tuple[str, ...], policies: Path | None, namespace: st
 @click.argument("directory", type=click.Path(path_type=Path), default=Path("policies"))
 def test_command(directory: Path) -> None:
     """Run the test cases kept beside each policy (DIR/**/tests/*.yaml)."""
+    from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
+
     dirs = policy_dirs(directory)
     if not dirs:
         _fail_input(f"{directory}: no policy folder with a tests/ folder found")

@@ -13,7 +13,8 @@ from types import FrameType
 
 import click
 
-from webhook.cli.audit import ERROR, cluster_options, connect, load, policies_option
+from webhook.cli.audit import ERROR, cluster_options, connect, load
+from webhook.cli.options import policies_option
 from webhook.server.logs import LEVELS
 
 OBSERVE_EXAMPLES = """
