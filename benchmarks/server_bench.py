@@ -125,6 +125,9 @@ def _same_patch(folder: Path, body: bytes, patch: list[str]) -> dict[str, Any]:
 
 def bare_allow(environ: dict[str, Any], start_response: Any) -> Any:
     """Always allow as a bare WSGI function (no Flask): the floor of the stack, for (e)."""
+    if environ.get("REQUEST_METHOD") == "GET":  # /readyz, asked before the bench starts
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
     length = int(environ.get("CONTENT_LENGTH") or 0)
     uid = json.loads(environ["wsgi.input"].read(length))["request"]["uid"]
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
