@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Any, TextIO
 
@@ -39,10 +40,43 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
             structlog.processors.JSONRenderer(serializer=_json_line),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
-        logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),
+        logger_factory=_logger_factory(stream or sys.stdout),
         # Not cached: reconfiguring (tests, a level change) must reach loggers made at import.
         cache_logger_on_first_use=False,
     )
+
+
+def _logger_factory(stream: TextIO) -> Any:
+    """Lines written to ``stream``'s file descriptor one ``write`` call each, when it has one.
+
+    structlog's own logger holds a lock across the write and the flush, so the threads of a
+    worker queue behind whichever one is in the write system call; a line written in one call
+    needs no lock (the kernel does not interleave one write on a file with another, which is
+    also what keeps the worker processes, sharing stdout, from mixing lines; on a pipe, that
+    holds for lines up to PIPE_BUF, 4 KiB, which only a long traceback passes). A stream
+    without a descriptor (a test's StringIO) gets structlog's logger.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return structlog.WriteLoggerFactory(stream)
+    stream.flush()
+    logger = _LineLogger(fd)
+    return lambda *args: logger
+
+
+class _LineLogger:
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def msg(self, message: str) -> None:
+        data = (message + "\n").encode("utf-8", "backslashreplace")
+        while data:
+            data = data[os.write(self._fd, data) :]
+
+    debug = info = warning = error = critical = exception = msg
 
 
 def stdlib_config(level: str = "info") -> dict[str, Any]:
