@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import signal
 import socket
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.helpers import Client, Reply, fixture, harness_server
+from webhook.server.gunicorn import stop_was_asked
 
 SLOW_SECONDS = 1.5
 IN_FLIGHT = 6
@@ -117,3 +119,34 @@ def test_connections_after_sigterm_are_refused(tmp_path: Path, tls_dir: Path) ->
     assert isinstance(replies[0], Reply), replies[0]
     assert replies[0].status == 200
     in_flight.close()
+
+
+class _Arbiter:
+    """What a new worker inherits of gunicorn's arbiter: its handler and its signal queue."""
+
+    def __init__(self, *queued: int) -> None:
+        self.SIG_QUEUE: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for sig in queued:
+            self.SIG_QUEUE.put_nowait(sig)
+
+    def signal(self, sig: int, frame: object) -> None:
+        self.SIG_QUEUE.put_nowait(sig)
+
+
+@pytest.mark.parametrize(
+    ("queued", "asked"),
+    [
+        ((), False),
+        ((signal.SIGCHLD,), False),
+        ((signal.SIGCHLD, signal.SIGTERM), True),
+        ((signal.SIGINT,), True),
+        ((signal.SIGQUIT,), True),
+    ],
+)
+def test_a_worker_sees_a_stop_the_arbiter_sent_before_its_handlers(
+    queued: tuple[int, ...], asked: bool
+) -> None:
+    arbiter = _Arbiter(*queued)
+    assert stop_was_asked(arbiter.signal) is asked
+    assert arbiter.SIG_QUEUE.empty()
+    assert stop_was_asked(signal.SIG_DFL) is False

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import signal
 import ssl
 import time
 from collections import deque
@@ -260,6 +262,34 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if self.alive:
             self.app.hooks.stopping()
         super().handle_exit(sig, frame)
+
+    def init_signals(self) -> None:
+        inherited = signal.getsignal(signal.SIGTERM)
+        super().init_signals()
+        if stop_was_asked(inherited):
+            self.handle_exit(signal.SIGTERM, None)
+
+
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+def stop_was_asked(inherited: Any) -> bool:
+    """Whether the arbiter told this new worker to stop before it had handlers of its own.
+
+    A worker forked while the arbiter is told to stop gets that signal from the arbiter
+    between the fork and its own handlers: the arbiter's handler, inherited, only queues it
+    in the worker's copy of the arbiter's queue, and the worker would serve on until the
+    arbiter gave up waiting for it (the graceful timeout) and killed it. The queue is read
+    here instead, from the handler ``inherited`` from the arbiter.
+    """
+    queued = getattr(getattr(inherited, "__self__", None), "SIG_QUEUE", None)
+    if queued is None:
+        return False
+    asked = False
+    with contextlib.suppress(queue.Empty):
+        while True:
+            asked |= queued.get_nowait() in _STOPS
+    return asked
 
 
 class _Application(BaseApplication):  # type: ignore[misc]
