@@ -11,6 +11,7 @@ unknown paths and methods).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any, ClassVar
@@ -124,35 +125,24 @@ def hook_request(environ: dict[str, Any]) -> HookRequest:
     """The parts of a WSGI request a review call uses (as werkzeug would read them)."""
     query = environ.get("QUERY_STRING", "")
     timeout = dict(parse_qsl(query)).get("timeout") if "timeout" in query else None
-    mimetype = environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
+    length = _content_length(environ)
+    # PEP 3333: a body with neither a length nor an end the server marks is not read.
+    unbounded = length is None and not environ.get("wsgi.input_terminated")
     return HookRequest(
         path=environ.get("PATH_INFO", ""),
         timeout=timeout,
-        mimetype=mimetype,
-        content_length=_content_length(environ),
-        body=_input(environ),
+        mimetype=environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower(),
+        content_length=length,
+        body=io.BytesIO() if unbounded else environ["wsgi.input"],
     )
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:
     raw = environ.get("CONTENT_LENGTH")
-    if raw is None or raw == "" or environ.get("HTTP_TRANSFER_ENCODING", "") == "chunked":
+    if not raw or environ.get("HTTP_TRANSFER_ENCODING", "") == "chunked":
         return None
     # A length that is not a number reads no body, as werkzeug does.
-    return max(0, int(raw)) if raw.isascii() and raw.isdigit() else 0
-
-
-class _Empty:
-    def read(self, size: int = -1) -> bytes:
-        return b""
-
-
-def _input(environ: dict[str, Any]) -> Any:
-    """The body stream; empty when it has neither a length nor an end the server marks
-    (PEP 3333: a body of unknown length must not be read past)."""
-    if _content_length(environ) is None and not environ.get("wsgi.input_terminated"):
-        return _Empty()
-    return environ["wsgi.input"]
+    return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
 def _send(

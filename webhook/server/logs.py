@@ -41,7 +41,8 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
         logger_factory=_logger_factory(stream or sys.stdout),
-        # Not cached: reconfiguring (tests, a level change) must reach loggers made at import.
+        # Not cached by structlog: reconfiguring (tests, a level change) must reach loggers
+        # made at import; _Logger binds once per configuration instead.
         cache_logger_on_first_use=False,
     )
 
