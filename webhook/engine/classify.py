@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from webhook.engine.decision import Classification
 from webhook.engine.findings import Code, Finding, finding, shorten
@@ -14,8 +14,7 @@ WORKLOAD_ANNOTATION = "together.ai/workload"
 NAMESPACE_DEFAULT_ANNOTATION = "together.ai/default-workload"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PodFacts:
+class PodFacts(NamedTuple):
     """What classification looks at."""
 
     annotations: Mapping[str, str]
@@ -29,8 +28,7 @@ class PodFacts:
     default_class: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class Verdict(NamedTuple):
     classification: Classification
     refusals: tuple[Finding, ...] = ()
     notes: tuple[Finding, ...] = ()

@@ -13,8 +13,7 @@ capped (``MAX_LABEL_VALUES``), as is the number of terms (``MAX_TERMS``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.engine.findings import Code, Finding, finding
 from webhook.engine.policy import Taint
@@ -33,8 +32,7 @@ MAX_LABEL_VALUES = 100
 MAX_TERMS = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class TermView:
+class TermView(NamedTuple):
     """What one nodeSelectorTerm allows for the values of one label key.
 
     ``one_of`` is the intersection of its ``In`` lists (``None``: no ``In``), ``none_of``
@@ -162,8 +160,7 @@ def required_terms(spec: dict[str, Any]) -> list[Any] | None:
     return terms if isinstance(terms, list) and terms else None
 
 
-@dataclass(frozen=True, slots=True)
-class NodeConstraints:
+class NodeConstraints(NamedTuple):
     """A pod's nodeSelector and required node affinity, as they bear on one label key."""
 
     key: str

@@ -4,9 +4,8 @@ and leaves time for the checkpoint it declares."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.engine.findings import Code, Finding, change, finding, shorten
 from webhook.engine.policy import Policy
@@ -17,14 +16,13 @@ API_DEFAULT_GRACE = 30
 GRACE_FIELD = "spec.terminationGracePeriodSeconds"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GraceBudget:
+class GraceBudget(NamedTuple):
     """The grace-period limits one pod is held to, with what is wrong with its request."""
 
     maximum: int
+    margin: int
     needed: int | None = None
     checkpoint: int | None = None
-    margin: int
     refusals: tuple[Finding, ...] = ()
 
 
@@ -80,8 +78,7 @@ def grace_violation(spec: Mapping[str, Any]) -> Finding | None:
     return None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GraceAdjustment:
+class GraceAdjustment(NamedTuple):
     """What adjusting the grace period changed, and the warning a lowered one earns."""
 
     changes: tuple[Finding, ...] = ()

@@ -8,9 +8,8 @@ changes nothing; nothing the user wrote is removed. Functions return what they c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.engine import constraints
 from webhook.engine.constraints import LabelState, NodeConstraints, TermView
@@ -25,16 +24,14 @@ PREFERRED_PATH = f"spec.affinity.nodeAffinity.{PREFERRED}"
 SELECTOR_PATH = "spec.nodeSelector"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Checked:
+class Checked(NamedTuple):
     """What ``check`` found: the pod's node constraints, and why it is refused (if it is)."""
 
     node: NodeConstraints
     refusals: tuple[Finding, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Placed:
+class Placed(NamedTuple):
     """What ``place`` changed, and the warnings it earned."""
 
     changes: tuple[Finding, ...] = ()

@@ -57,35 +57,45 @@ Validator = Callable[[Any], bool]
 
 
 def _validator(shape: Any) -> Validator:
-    """A function telling whether a value has ``shape``: the check every review runs, made
-    once from the shape so that it does no more than the checks themselves."""
-    if shape is str:
-        return lambda v: v is None or type(v) is str
-    if shape is int:
-        return lambda v: v is None or type(v) is int
-    if shape is STRINGS:
-        return lambda v: (
-            v is None or (type(v) is dict and set(map(type, v.values())) <= _STRING_VALUES)
-        )
-    if isinstance(shape, list):
-        if shape[0] is str:
-            return lambda v: v is None or (type(v) is list and set(map(type, v)) <= _STRING_ITEMS)
-        item = _validator(shape[0])
-        return lambda v: v is None or (type(v) is list and all(map(item, v)))
-    fields = [(key, _validator(inner)) for key, inner in shape.items()]
+    """A function telling whether a value has ``shape``: the check every review runs.
 
-    def mapping(v: Any) -> bool:
-        if v is None:
-            return True
-        if type(v) is not dict:
-            return False
-        for key, check in fields:
-            item = v.get(key)
-            if item is not None and not check(item):
-                return False
-        return True
+    It is written out from the shape as one function of nested tests, as ``dataclasses``
+    writes ``__init__``: a function per field would cost a call for every field of every
+    review, more than the tests themselves.
+    """
+    lines = ["def valid(v0):", "    if v0 is None:", "        return True"]
+    _emit(shape, 0, lines, "    ")
+    lines.append("    return True")
+    namespace: dict[str, Any] = {"_STRINGS": _STRING_VALUES, "_ITEMS": _STRING_ITEMS}
+    exec("\n".join(lines), namespace)  # the source is made above from the shape alone
+    valid: Validator = namespace["valid"]
+    return valid
 
-    return mapping
+
+def _emit(shape: Any, depth: int, lines: list[str], indent: str) -> None:
+    """Lines that return False when ``v{depth}`` (not None) does not have ``shape``."""
+    v = f"v{depth}"
+    if shape is str or shape is int:
+        lines.append(f"{indent}if type({v}) is not {shape.__name__}:")
+    elif shape is STRINGS:
+        values = f"set(map(type, {v}.values()))"
+        lines.append(f"{indent}if type({v}) is not dict or not {values} <= _STRINGS:")
+    elif isinstance(shape, list) and shape[0] is str:
+        lines.append(f"{indent}if type({v}) is not list or not set(map(type, {v})) <= _ITEMS:")
+    elif isinstance(shape, list):
+        lines += [f"{indent}if type({v}) is not list:", f"{indent}    return False"]
+        item = f"v{depth + 1}"
+        lines += [f"{indent}for {item} in {v}:", f"{indent}    if {item} is not None:"]
+        _emit(shape[0], depth + 1, lines, indent + "        ")
+        return
+    else:
+        lines += [f"{indent}if type({v}) is not dict:", f"{indent}    return False"]
+        child = f"v{depth + 1}"
+        for key, inner in shape.items():
+            lines += [f"{indent}{child} = {v}.get({key!r})", f"{indent}if {child} is not None:"]
+            _emit(inner, depth + 1, lines, indent + "    ")
+        return
+    lines.append(f"{indent}    return False")
 
 
 # (path from the bad value up to the checked one, the type expected, the bad value)

@@ -21,7 +21,6 @@ the shipped classes offline): the engine reads nothing itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -49,8 +48,7 @@ class PriorityClassInfo(NamedTuple):
 PriorityLookup = Callable[[str], PriorityClassInfo | None]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SchedulingPlan:
+class SchedulingPlan(NamedTuple):
     """The class's priority class as the cluster holds it (None: the class names none)."""
 
     priority: PriorityClassInfo | None
@@ -75,8 +73,7 @@ def plan_scheduling(
     return SchedulingPlan(priority=info), None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scheduled:
+class Scheduled(NamedTuple):
     changes: tuple[Finding, ...] = ()
     notes: tuple[Finding, ...] = ()
 

@@ -6,9 +6,8 @@ findings have paths relative to the template, made the object's by ``evaluation`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.engine import hints
 from webhook.engine.classify import PodFacts, classify
@@ -25,8 +24,7 @@ from webhook.engine.workloads import mapping_at, value_at
 PLACEMENT_ANNOTATION = "together.ai/placement"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Judged:
+class Judged(NamedTuple):
     """What a template is, whether it may be placed, and (when it may) how."""
 
     classification: Classification
@@ -36,8 +34,7 @@ class Judged:
     plan: Plan | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
+class Plan(NamedTuple):
     wclass: WorkloadClass
     node: NodeConstraints
     budget: GraceBudget
@@ -45,8 +42,7 @@ class Plan:
     priority_classes: PriorityLookup | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Placement:
+class Placement(NamedTuple):
     changes: tuple[Finding, ...] = ()
     notes: tuple[Finding, ...] = ()
 

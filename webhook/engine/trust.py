@@ -8,7 +8,7 @@ DaemonSet; a mirror pod when a node creates it. Anyone else's claim is ignored, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from webhook.engine.decision import Context, Obj, Requester
 from webhook.engine.findings import Code, Finding, finding, shorten
@@ -18,8 +18,7 @@ from webhook.engine.workloads import MIRROR_ANNOTATION, controller_owner, mappin
 DAEMONSET_API_VERSION = "apps/v1"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Exemption:
+class Exemption(NamedTuple):
     """Why the pod is left alone (``skip``), or what its claims earn it (``notes``)."""
 
     skip: Finding | None = None
