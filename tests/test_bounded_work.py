@@ -136,3 +136,22 @@ def test_a_long_value_is_quoted_short() -> None:
     assert not d.allowed
     assert "nodeSelector together.ai/compute-class=zzz" in d.violations[0]
     assert all(len(v) <= 600 for v in d.violations), [len(v) for v in d.violations]
+
+
+def test_what_pods_name_decides_neither_the_answer_nor_what_the_cache_keeps() -> None:
+    """The label states a placement is checked against are cached for pods naming a few
+    label-sized values only; long or many values are worked out each time, alike."""
+    from webhook.engine import placement
+
+    cached = placement._excluded_by_cached
+    cached.cache_clear()
+    long_value = "v" * 100_000
+    for i in range(20):
+        pod = with_terms(adversarial.base_pod(), [term(f"{long_value}{i}", "standard", op="NotIn")])
+        d = evaluate(pod, POLICY, CTX)
+        assert d.allowed, d.violations
+        assert len(make_patch(pod, d.mutated)) == 2  # NotIn added to the term, and the record
+    assert cached.cache_info().currsize == 0
+    short = with_terms(adversarial.base_pod(), [term("gpu-a", "standard", op="NotIn")])
+    assert evaluate(short, POLICY, CTX).allowed
+    assert cached.cache_info().currsize == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 from webhook.engine.decision import Classification
@@ -66,8 +67,7 @@ def _candidates(
     if annotated is None:
         pass
     elif annotated in policy.classes:
-        detail = f"{WORKLOAD_ANNOTATION}: {annotated}"
-        found.append(Classification(name=annotated, source="annotation", detail=detail))
+        found.append(_by_annotation(annotated))
     else:
         where = f"the pod annotation {WORKLOAD_ANNOTATION}"
         path = f"metadata.annotations.{WORKLOAD_ANNOTATION}"
@@ -95,6 +95,13 @@ def _candidates(
             where = f"the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace {namespace}"
             refusals.append(_unknown(ns_default, where, "", policy))
     return found, tuple(refusals)
+
+
+# Only the names of a policy's classes get here: a few, whatever pods say.
+@lru_cache(maxsize=64)
+def _by_annotation(class_name: str) -> Classification:
+    detail = f"{WORKLOAD_ANNOTATION}: {class_name}"
+    return Classification(name=class_name, source="annotation", detail=detail)
 
 
 def _unknown(class_name: str, where: str, path: str, policy: Policy) -> Finding:

@@ -35,7 +35,6 @@ from webhook.engine.workloads import (
     Kinds,
     Template,
     api_group,
-    controller_kind,
     display_name,
     find_pod_templates,
     is_pod,
@@ -49,14 +48,15 @@ __all__ = ["PLACEMENT_ANNOTATION", "evaluate", "kinds_of", "namespace_of", "unto
 
 def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     """Classify ``obj``, apply its class's placement to a copy, and say whether it is allowed."""
-    base = _Base(obj, namespace_of(obj, ctx))
-    skip = untouched(obj, policy, ctx)
+    namespace = namespace_of(obj, ctx)
+    base = _Base(obj, namespace)
+    pod = is_pod(obj)
+    kind = None if pod else workload_kind(obj, kinds_of(policy))
+    skip = _untouched(obj, policy, ctx, kind, namespace, pod=pod)
     if skip is not None:
         return base.skipped(skip)
-    if is_pod(obj):
+    if kind is None:
         return _pod(obj, policy, ctx, base)
-    kind = workload_kind(obj, kinds_of(policy))
-    assert kind is not None  # untouched() skips what is neither a pod nor a listed kind
     return _workload(obj, kind, policy, ctx, base)
 
 
@@ -80,9 +80,20 @@ def untouched(obj: Obj, policy: Policy, ctx: Context) -> Finding | None:
     """
     pod = is_pod(obj)
     kind = None if pod else workload_kind(obj, kinds_of(policy))
+    return _untouched(obj, policy, ctx, kind, namespace_of(obj, ctx), pod=pod)
+
+
+def _untouched(
+    obj: Obj,
+    policy: Policy,
+    ctx: Context,
+    kind: WorkloadKind | None,
+    namespace: str | None,
+    *,
+    pod: bool,
+) -> Finding | None:
     if not pod and kind is None:
         return _not_a_workload(obj)
-    namespace = namespace_of(obj, ctx)
     if namespace in policy.excluded_namespaces:
         message = f"namespace {shorten(namespace or '')} is excluded by the policy"
         return finding(Code.EXCLUDED_NAMESPACE, message)
@@ -147,7 +158,8 @@ def _pod(pod: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
     if not isinstance(pod.get("spec"), dict):
         message = "Pod has no spec mapping: it cannot be placed; add it"
         return base.invalid(policy, finding(Code.NO_POD_SPEC, message, "spec"))
-    facts = facts_of(pod, ctx, base.namespace, owner_kind=controller_kind(pod))
+    owner = exempt.owner.kind if exempt.owner is not None else None
+    facts = facts_of(pod, ctx, base.namespace, owner_kind=owner)
     judged = judge_template(
         pod,
         facts,

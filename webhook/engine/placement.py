@@ -143,8 +143,8 @@ def _require(
         affinity = _child(_child(spec, "affinity"), "nodeAffinity")
         affinity[REQUIRED] = {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}
         return (_required_change(wclass.name, label.key, op, label.preemptible, AFFINITY_PATH),)
-    states = [None, label.standard, *sorted(node.mentioned)]
-    excluded = _excluded_by(expr, label.key, states)
+    states = (None, label.standard, *sorted(node.mentioned))
+    excluded = _excluded_by(label.key, op, label.preemptible, states)
     views = node.terms or ()
     changes = []
     for i, term in enumerate(terms):
@@ -159,14 +159,42 @@ def _require(
     return tuple(changes)
 
 
-def _excluded_by(expr: dict[str, Any], key: str, states: list[LabelState]) -> list[LabelState]:
-    """The label states (those named, and one standing for the rest) ``expr`` excludes."""
+def _excluded_by(
+    key: str, op: str, value: str, states: tuple[LabelState, ...]
+) -> tuple[LabelState, ...]:
+    """The label states (those named, and one standing for the rest) our expression
+    ``key op [value]`` excludes."""
+    if len(states) <= _CACHED_STATES and all(
+        s is None or len(s) <= _LABEL_VALUE_CHARS for s in states
+    ):
+        return _excluded_by_cached(key, op, value, states)
+    return _exclusion(key, op, value, states)
+
+
+# Pods of a cluster name the same few values of the label, so the answer is nearly always
+# known. Only short tuples of label-sized values are kept: what a pod names is the pod's
+# writer's to choose, and must not decide how much memory the cache holds.
+_CACHED_STATES = 8
+_LABEL_VALUE_CHARS = 63
+
+
+@lru_cache(maxsize=256)
+def _excluded_by_cached(
+    key: str, op: str, value: str, states: tuple[LabelState, ...]
+) -> tuple[LabelState, ...]:
+    return _exclusion(key, op, value, states)
+
+
+def _exclusion(
+    key: str, op: str, value: str, states: tuple[LabelState, ...]
+) -> tuple[LabelState, ...]:
+    expr = {"key": key, "operator": op, "values": [value]}
     ours = constraints.view({"matchExpressions": [expr]}, key)
-    candidates = {*states, *expr["values"], constraints.UNNAMED_VALUE}
-    return [s for s in candidates if not ours.admits(s)]
+    candidates = {*states, value, constraints.UNNAMED_VALUE}
+    return tuple(s for s in candidates if not ours.admits(s))
 
 
-def _already_narrower(term: TermView, excluded: list[LabelState]) -> bool:
+def _already_narrower(term: TermView, excluded: tuple[LabelState, ...]) -> bool:
     """True when the term already excludes every node our expression would exclude."""
     return all(not term.admits(s) for s in excluded)
 

@@ -63,10 +63,9 @@ def judge_template(
         return Judged(
             classification=Classification(name=None, source="invalid object"), refusals=(problem,)
         )
-    meta = mapping_at(template, "metadata")
     notes = [
-        *hints.pod_annotation_hints(mapping_at(meta, "annotations"), where),
-        *hints.pod_label_hints(mapping_at(meta, "labels"), where),
+        *hints.pod_annotation_hints(facts.annotations, where),
+        *hints.pod_label_hints(facts.labels, where),
     ]
     verdict = classify(facts, policy)
     notes += verdict.notes

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from webhook.engine.decision import Context, Obj, Requester
 from webhook.engine.findings import Code, Finding, finding, shorten
 from webhook.engine.policy import TrustedRequesters
-from webhook.engine.workloads import MIRROR_ANNOTATION, controller_owner, mapping_at
+from webhook.engine.workloads import MIRROR_ANNOTATION, Owner, controller_owner, mapping_at
 
 DAEMONSET_API_VERSION = "apps/v1"
 
@@ -23,6 +23,8 @@ class Exemption(NamedTuple):
 
     skip: Finding | None = None
     notes: tuple[Finding, ...] = ()
+    # The controlling owner the pod names (a claim), read once for classification too.
+    owner: Owner | None = None
 
     @property
     def reason(self) -> str | None:
@@ -48,7 +50,7 @@ def exemption(pod: Obj, ctx: Context, trusted: TrustedRequesters) -> Exemption:
             return Exemption(skip=finding(Code.DAEMONSET, message, _OWNER_PATH))
         claim = _daemonset_claim(ctx.requester, owner.api_version)
         notes.append(finding(Code.CLAIM_NOT_TRUSTED, claim, _OWNER_PATH))
-    return Exemption(notes=tuple(notes))
+    return Exemption(notes=tuple(notes), owner=owner)
 
 
 _MIRROR_PATH = f"metadata.annotations.{MIRROR_ANNOTATION}"

@@ -233,12 +233,6 @@ def controller_owner(pod: Obj) -> Owner | None:
     return None
 
 
-def controller_kind(pod: Obj) -> str | None:
-    """Kind of the pod's controlling owner reference, if any."""
-    owner = controller_owner(pod)
-    return owner.kind if owner is not None else None
-
-
 # How far into an object of an unknown kind, and through how many of its containers, the
 # search for pod templates goes: far enough for every operator's CRD, bounded for any object.
 TEMPLATE_SEARCH_DEPTH = 12
