@@ -129,3 +129,26 @@ def test_bodies_that_are_not_utf8_are_refused(body: bytes) -> None:
 def test_a_byte_order_mark_is_ignored_and_escaped_surrogates_are_read() -> None:
     assert jsondoc.loads(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
     assert jsondoc.loads(b'{"a": "\\ud800"}') == {"a": "\ud800"}
+
+
+@pytest.mark.parametrize("digits", [18, 19, 20, 21, 31, 60])
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_integers_past_64_bits_stay_integers_as_pythons_decoder_reads_them(
+    digits: int, sign: str
+) -> None:
+    number = f"{sign}{'9' * digits}"
+    for text in (
+        f'{{"spec": {{"terminationGracePeriodSeconds": {number}}}}}',
+        f"[1, {number}, 2]",
+        f'{{"a":{number}}}',
+        f'{{"a": "a string", "b": [{number}]}}',
+    ):
+        for data in (text, text.encode()):
+            value = jsondoc.loads(data)
+            assert value == json.loads(text), text
+            assert repr(value) == repr(json.loads(text)), text  # an int stays an int, not 1e+30
+
+
+def test_a_run_of_digits_inside_a_string_reads_the_same() -> None:
+    text = '{"metadata": {"annotations": {"at": "1700000000000000000000"}}, "n": 5}'
+    assert jsondoc.loads(text.encode()) == json.loads(text)

@@ -60,12 +60,13 @@ def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> A
     """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON (bytes
     that are not UTF-8 included: RFC 8259 section 8.1).
 
-    orjson reads it when it can, several times faster; what it refuses (integers past 64 bits,
-    lone surrogates, NaN) and what it reads deeper than ``MAX_DEPTH`` are read again as above.
+    orjson reads it when it can, several times faster; what it refuses (lone surrogates, NaN),
+    what it reads deeper than ``MAX_DEPTH`` and what holds an integer it would read as a float
+    are read again as above.
     Decoding a large document makes many containers; see ``collector.paused`` for keeping the
     garbage collector from walking them again and again.
     """
-    if object_pairs_hook is None:
+    if object_pairs_hook is None and not _long_integer(data):
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -74,6 +75,23 @@ def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> A
             if _brackets(data) <= MAX_DEPTH or _within_depth(value, MAX_DEPTH):
                 return value
     return _loads(data, object_pairs_hook)
+
+
+# orjson reads an integer beyond 64 bits as a float (10**30 as 1e+30) where Python's decoder
+# keeps it whole: a field's type would then depend on which read it. Such a number has 19
+# digits or more, so a document with a run of 19 digits goes to the exact decoder (a string
+# holding one only costs that document the slower read). With every digit turned into 0 the
+# run is one substring search: a few microseconds for a review, where a regular expression
+# takes ten times as long.
+_LONG_RUN = 19
+_DIGITS_AS_ZERO = bytes(ord("0") if chr(i) in "0123456789" else i for i in range(256))
+_DIGITS_AS_ZERO_TEXT = str.maketrans(dict.fromkeys("123456789", "0"))
+
+
+def _long_integer(data: bytes | str) -> bool:
+    if isinstance(data, str):
+        return "0" * _LONG_RUN in data.translate(_DIGITS_AS_ZERO_TEXT)
+    return b"0" * _LONG_RUN in data.translate(_DIGITS_AS_ZERO)
 
 
 def _brackets(data: bytes | str) -> int:
