@@ -390,3 +390,23 @@ def test_check_leaves_no_cyclic_garbage_behind_an_object(tmp_path: Path) -> None
             gc.enable()
     assert judged >= 300
     assert unreachable == 0
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_reader_that_stops_early_ends_check_quietly(tmp_path: Path, output: str) -> None:
+    """``check ... | head``: the closed pipe ends the run with SIGPIPE's status, no error."""
+    pod = (EXAMPLES / "finetune-pod.yaml").read_text()
+    manifest = tmp_path / "many.yaml"
+    manifest.write_text("---\n".join([pod] * 2000))
+    with subprocess.Popen(
+        [EXE, "check", "-f", str(manifest), "-o", output],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        assert proc.stdout.read(100)  # the reader takes a little, then goes away
+        proc.stdout.close()
+        errors = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 128 + 13, errors  # SIGPIPE
+    assert errors == ""

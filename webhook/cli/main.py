@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,13 +49,31 @@ class _Guarded(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         _tolerant_streams()
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        except BrokenPipeError:
+            # What reads the output stopped (``check ... | head``): stop as quietly, with the
+            # status a shell shows for a writer SIGPIPE ended.
+            _stop_writing()
+            sys.exit(CLOSED_PIPE)
         except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - one line instead of a traceback
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             click.echo(f"error: internal error ({detail}); please report it", err=True)
             sys.exit(ExitStatus.BAD_INPUT)
+
+
+CLOSED_PIPE = 128 + signal.SIGPIPE
+
+
+def _stop_writing() -> None:
+    """Send what is left to write to /dev/null: the interpreter flushes stdout as it exits."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _tolerant_streams() -> None:

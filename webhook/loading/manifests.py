@@ -180,64 +180,99 @@ class Source:
 
     def _scan(self, raw: _Readable, *, spool: bool) -> InputError | None:
         """Read ``raw`` through in blocks, copying it to a spool if asked: its size, its
-        encoding, and where the documents worth reading ahead are. A document starts at each
-        line beginning with ``---``; a JSON file is one document."""
+        encoding, and where the documents worth reading ahead are."""
         if spool:
             # Read once only: kept for the reads that follow, gone with this source.
             self._spool = tempfile.TemporaryFile()  # noqa: SIM115 - kept open, see finalize
             weakref.finalize(self, self._spool.close)
-        whole = self.name.endswith(".json")
-        data = b""  # the bytes being looked at; data[:done] were looked at before
-        done = 0
-        offset = 0  # where data starts in the input
-        lines = 0  # newlines before data[done]
+        scan = _Scan(whole=self.name.endswith(".json"))
         total = 0
-        doc_start, doc_may = 0, False
         while True:
             block = raw.read(min(_BLOCK, MAX_INPUT_BYTES + 1 - total))
             if self._spool is not None:
                 self._spool.write(block)
             total += len(block)
             last = not block or total > MAX_INPUT_BYTES
-            # The last few bytes looked at stay ahead of the new ones: a word that a cut
-            # between blocks went through is found whole.
-            keep = min(done, _LOOKBEHIND)
-            offset += done - keep
-            data = data[done - keep :] + block
-            done = keep
-            cut = len(data) if last else _cut(data, done)
-            if not data.isascii():
-                try:
-                    data[done:cut].decode()
-                except UnicodeDecodeError as exc:
-                    at = done + exc.start
-                    line = lines + data.count(b"\n", done, at) + 1
-                    return self._error(line, f"cannot read: not UTF-8 text (byte {offset + at})")
-            # Where the words that make a document worth reading ahead stand, in order.
-            words = _positions(data, _READ_AHEAD_WORDS, 0, cut)
-            if not whole:
-                at_start = offset == done == 0 and cut >= 3 and data.startswith(b"---")
-                start = 0 if at_start else _line_start(data, done, cut)
-                while start >= 0:
-                    while words and words[-1] < start:
-                        words.pop()
-                        doc_may = True
-                    if doc_may:
-                        self._ahead.append((doc_start, offset + start))
-                    doc_start, doc_may = offset + start + 3, False
-                    start = _line_start(data, start + 1, cut)
-            doc_may = doc_may or bool(words)
-            lines += data.count(b"\n", done, cut)
-            done = cut
+            bad = scan.feed(block, last=last)
+            if bad is not None:
+                line, message = bad
+                return self._error(line, message)
             if last:
                 break
         if total > MAX_INPUT_BYTES:
             return self._error(None, _TOO_LARGE)
-        if doc_may:
-            self._ahead.append((doc_start, offset + len(data)))
+        self._ahead = scan.finish()
         if self._spool is not None:
             self._spool.flush()
         return None
+
+
+class _Scan:
+    """One pass over an input, a block at a time: that it is UTF-8, and where the documents
+    that may declare a Namespace or PriorityClass are. A document starts at each line
+    beginning with ``---``; a JSON input (``whole``) is one document."""
+
+    def __init__(self, *, whole: bool) -> None:
+        self.whole = whole
+        self.data = b""  # the bytes being looked at; data[:done] were looked at before
+        self.done = 0
+        self.offset = 0  # where data starts in the input
+        self.lines = 0  # newlines before data[done]
+        self.doc_start, self.doc_may = 0, False
+        self.ahead: list[tuple[int, int]] = []
+
+    def feed(self, block: bytes, *, last: bool) -> tuple[int, str] | None:
+        """Look at the next block; the line and message of a byte that is not UTF-8."""
+        # The last few bytes looked at stay ahead of the new ones: a word that a cut between
+        # blocks went through is found whole.
+        keep = min(self.done, _LOOKBEHIND)
+        self.offset += self.done - keep
+        self.data = self.data[self.done - keep :] + block
+        self.done = keep
+        cut = len(self.data) if last else _cut(self.data, self.done)
+        bad = self._not_utf8(cut)
+        if bad is not None:
+            return bad
+        self._documents(cut)
+        self.lines += self.data.count(b"\n", self.done, cut)
+        self.done = cut
+        return None
+
+    def finish(self) -> list[tuple[int, int]]:
+        """Where the documents worth reading ahead are: (start, end) byte offsets."""
+        if self.doc_may:
+            self.ahead.append((self.doc_start, self.offset + len(self.data)))
+        return self.ahead
+
+    def _not_utf8(self, cut: int) -> tuple[int, str] | None:
+        data, done = self.data, self.done
+        if data.isascii():
+            return None
+        try:
+            data[done:cut].decode()
+        except UnicodeDecodeError as exc:
+            at = done + exc.start
+            line = self.lines + data.count(b"\n", done, at) + 1
+            return line, f"cannot read: not UTF-8 text (byte {self.offset + at})"
+        return None
+
+    def _documents(self, cut: int) -> None:
+        """Note each document that ends before ``cut`` and holds one of the words."""
+        data, offset = self.data, self.offset
+        # Where the words that make a document worth reading ahead stand, last first.
+        words = _positions(data, _READ_AHEAD_WORDS, 0, cut)
+        if not self.whole:
+            at_start = offset == self.done == 0 and cut >= 3 and data.startswith(b"---")
+            start = 0 if at_start else _line_start(data, self.done, cut)
+            while start >= 0:
+                while words and words[-1] < start:
+                    words.pop()
+                    self.doc_may = True
+                if self.doc_may:
+                    self.ahead.append((self.doc_start, offset + start))
+                self.doc_start, self.doc_may = offset + start + 3, False
+                start = _line_start(data, start + 1, cut)
+        self.doc_may = self.doc_may or bool(words)
 
 
 _TOO_LARGE = f"more than {MAX_INPUT_BYTES // 2**20} MiB: not read; split it into smaller files"
