@@ -269,6 +269,8 @@ def _part(t: Template, judged: Judged, placed: Placement | None, *, labelled: bo
 
 
 def _namespace_hints(ctx: Context) -> list[Finding]:
+    if not ctx.namespace_annotations and not ctx.namespace_labels:
+        return []
     return hints.namespace_hints(ctx.namespace, ctx.namespace_annotations, ctx.namespace_labels)
 
 

@@ -81,9 +81,9 @@ def _refusals(
 ) -> tuple[Finding, ...]:
     label = policy.node_label
     where = f"{label.key}={label.preemptible}"
-    path = _constraint_path(spec, label.key)
     if wclass.placement is Placement.PREEMPTIBLE:
         if not node.admits(label.preemptible):
+            path = _constraint_path(spec, label.key)
             message = (
                 f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
                 f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that "
@@ -99,7 +99,7 @@ def _refusals(
             f"requirement ({wclass.name} pods are kept off {where} nodes), or use class "
             f"{_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
         )
-        return (finding(Code.REQUIRES_PREEMPTIBLE, message, path),)
+        return (finding(Code.REQUIRES_PREEMPTIBLE, message, _constraint_path(spec, label.key)),)
     return ()
 
 
