@@ -17,11 +17,13 @@ from flask.testing import FlaskClient
 
 from tests import adversarial
 from tests.server.helpers import ServerProcess, client_context, fixture
-from webhook.admission.namespaces import NamespaceMeta
+from webhook.admission.hooks import Hook
+from webhook.admission.namespaces import NamespaceMeta, no_namespaces
+from webhook.admission.priorities import offline
 from webhook.engine.decision import MAX_MESSAGE_CHARS
-from webhook.errors import NamespaceUnknown
+from webhook.errors import NamespaceUnknown, OffloadFailed
 from webhook.loading.policies import builtin_policy
-from webhook.server import logs
+from webhook.server import logs, offload
 from webhook.server.app import create_app
 from webhook.server.gate import LARGE_BODY_BYTES, LargeReviewGate
 from webhook.server.offload import Offload
@@ -220,3 +222,20 @@ def _read_all(conn: ssl.SSLSocket) -> bytes:
         if not chunk:
             return data
         data += chunk
+
+
+def test_a_child_still_starting_costs_a_review_no_more_than_its_deadline() -> None:
+    """The child that checks large reviews takes a while to start (imports), and a task sent
+    before it is ready would sit in the socket with no deadline: a review arriving then is
+    refused as busy within its own time, and the next one is checked once the child is up."""
+    body = json.dumps(fixture("create-pod-sweep-mutate")).encode()
+    process = Offload()
+    try:
+        process.start()  # not waited for: its imports have only begun
+        with pytest.raises(OffloadFailed, match="still starting"):
+            process.run(Hook.MUTATE, body, POLICY, no_namespaces, offline(), timeout=0.001)
+        outcome = process.run(Hook.MUTATE, body, POLICY, no_namespaces, offline(), timeout=30)
+        assert isinstance(outcome, offload.Answered)
+        assert outcome.admission.review["response"]["allowed"] is True
+    finally:
+        process.stop()

@@ -174,10 +174,12 @@ class Offload:
         with self._lock:
             child = self._running()
             try:
-                return child.ask(task, deadline - time.monotonic())
+                return child.ask(task, deadline)
             except OffloadFailed:
                 child.kill()
-                self._child = None
+                # Replaced at once: the next large review finds it started, or waits for it
+                # only as long as its own deadline allows.
+                self._child = _Child()
                 raise
 
     def _running(self) -> _Child:
@@ -200,19 +202,33 @@ class _Child:
         )
         theirs.close()
         self.conn = Connection(ours.detach())
+        # Until the child says it is ready (its imports take a good part of a second on a
+        # busy machine), a task sent would wait in the socket for as long, with no deadline.
+        self.ready = False
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def ask(self, task: tuple[Hook, bytes, Policy, _Known], timeout: float) -> Outcome:
+    def ask(self, task: tuple[Hook, bytes, Policy, _Known], deadline: float) -> Outcome:
+        """The child's answer to ``task``, by ``deadline`` (monotonic clock) or never."""
         try:
+            if not self.ready:
+                self._wait_ready(deadline)
             self.conn.send(task)
-            if not self.conn.poll(max(0.0, timeout)):
-                raise OffloadFailed(f"no answer within {max(0.0, timeout):.1f} s")
+            timeout = max(0.0, deadline - time.monotonic())
+            if not self.conn.poll(timeout):
+                raise OffloadFailed(f"no answer within {timeout:.1f} s")
             outcome: Outcome = self.conn.recv()
         except (OSError, EOFError) as exc:
             raise OffloadFailed(f"the process checking large reviews failed: {exc}") from None
         return outcome
+
+    def _wait_ready(self, deadline: float) -> None:
+        if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+            raise OffloadFailed("the process checking large reviews is still starting")
+        if self.conn.recv() != READY:
+            raise OffloadFailed("the process checking large reviews did not start")
+        self.ready = True
 
     def kill(self) -> None:
         self.process.kill()
@@ -220,8 +236,16 @@ class _Child:
         self.conn.close()
 
 
+# What the child sends first, once it can take tasks.
+READY = "ready"
+
+
 def _serve(conn: Connection) -> None:
-    """The child's loop: answer each task until the server goes away."""
+    """The child's loop: say it is ready, then answer each task until the server goes away."""
+    try:
+        conn.send(READY)
+    except OSError:
+        return
     while True:
         try:
             hook, body, policy, known = conn.recv()
