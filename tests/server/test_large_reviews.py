@@ -232,8 +232,10 @@ def test_a_child_still_starting_costs_a_review_no_more_than_its_deadline() -> No
     process = Offload()
     try:
         process.start()  # not waited for: its imports have only begun
+        starting = process._child
         with pytest.raises(OffloadFailed, match="still starting"):
             process.run(Hook.MUTATE, body, POLICY, no_namespaces, offline(), timeout=0.001)
+        assert process._child is starting  # left to start, not started over
         outcome = process.run(Hook.MUTATE, body, POLICY, no_namespaces, offline(), timeout=30)
         assert isinstance(outcome, offload.Answered)
         assert outcome.admission.review["response"]["allowed"] is True

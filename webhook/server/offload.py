@@ -176,10 +176,13 @@ class Offload:
             try:
                 return child.ask(task, deadline)
             except OffloadFailed:
-                child.kill()
-                # Replaced at once: the next large review finds it started, or waits for it
-                # only as long as its own deadline allows.
-                self._child = _Child()
+                # A child still starting is left to start: replacing it would start over,
+                # and a burst of large reviews would keep one from ever being ready.
+                if child.ready or not child.alive():
+                    # Replaced at once: the next large review finds it started, or waits for
+                    # it only as long as its own deadline allows.
+                    child.kill()
+                    self._child = _Child()
                 raise
 
     def _running(self) -> _Child:
@@ -227,6 +230,7 @@ class _Child:
         if not self.conn.poll(max(0.0, deadline - time.monotonic())):
             raise OffloadFailed("the process checking large reviews is still starting")
         if self.conn.recv() != READY:
+            self.kill()
             raise OffloadFailed("the process checking large reviews did not start")
         self.ready = True
 
