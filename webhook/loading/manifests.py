@@ -369,9 +369,14 @@ class _Reader:
         if self.size > MAX_INPUT_BYTES:
             self.over = True
             return b""
+        lines = self.ampersand_lines
+        line, counted = self.newlines + 1, 0
         at = data.find(b"&")
         while at >= 0:
-            self.ampersand_lines.append(self.newlines + data.count(b"\n", 0, at) + 1)
+            line += data.count(b"\n", counted, at)  # newlines counted once: linear in data
+            counted = at
+            if not lines or lines[-1] != line:  # a line once, however many it holds
+                lines.append(line)
             at = data.find(b"&", at + 1)
         self.newlines += data.count(b"\n")
         return data
