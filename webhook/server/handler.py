@@ -264,19 +264,17 @@ class ReviewHandler:
         wclass = admission.workload_class
         self._count(hook, admission.outcome, wclass, seconds)
         response = admission.review["response"]
-        log.info(
-            "admission",
-            **_request_fields(hook, req, seconds),
-            user=shorten(req.user, ECHO_CHARS),
-            dry_run=req.dry_run,
-            workload_class=wclass,
-            source=admission.source,
-            outcome=admission.outcome.value,
-            allowed=response["allowed"],
-            patch_ops=admission.patch_ops,
-            warnings=len(response.get("warnings", ())),
-            detail=admission.detail or None,
-        )
+        fields = _request_fields(hook, req, seconds)
+        fields["user"] = shorten(req.user, ECHO_CHARS)
+        fields["dry_run"] = req.dry_run
+        fields["workload_class"] = wclass
+        fields["source"] = admission.source
+        fields["outcome"] = admission.outcome.value
+        fields["allowed"] = response["allowed"]
+        fields["patch_ops"] = admission.patch_ops
+        fields["warnings"] = len(response.get("warnings", ()))
+        fields["detail"] = admission.detail or None
+        log.info_line("admission", fields)
 
     def _count(self, hook: Hook, outcome: Outcome, wclass: str | None, seconds: float) -> None:
         self.metrics.count_admission(hook.value, outcome.value, wclass or "none", seconds)

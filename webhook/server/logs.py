@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -30,8 +31,10 @@ def _shared_processors() -> list[structlog.types.Processor]:
 
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Send structlog events to ``stream`` (stdout) as JSON lines, at ``level`` and above."""
-    global _generation
+    global _generation, _lines
     _generation += 1
+    factory, line_logger = _logger_factory(stream or sys.stdout)
+    _lines = line_logger if _level_number(level) <= logging.INFO else None
     structlog.configure(
         processors=[
             *_shared_processors(),
@@ -40,14 +43,14 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
             structlog.processors.JSONRenderer(serializer=_json_line),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
-        logger_factory=_logger_factory(stream or sys.stdout),
+        logger_factory=factory,
         # Not cached by structlog: reconfiguring (tests, a level change) must reach loggers
-        # made at import; _Logger binds once per configuration instead.
+        # made at import; Logger binds once per configuration instead.
         cache_logger_on_first_use=False,
     )
 
 
-def _logger_factory(stream: TextIO) -> Any:
+def _logger_factory(stream: TextIO) -> tuple[Any, _LineLogger | None]:
     """Lines written to ``stream``'s file descriptor one ``write`` call each, when it has one.
 
     structlog's own logger holds a lock across the write and the flush, so the threads of a
@@ -60,10 +63,10 @@ def _logger_factory(stream: TextIO) -> Any:
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):
-        return structlog.WriteLoggerFactory(stream)
+        return structlog.WriteLoggerFactory(stream), None
     stream.flush()
     logger = _LineLogger(fd)
-    return lambda *args: logger
+    return (lambda *args: logger), logger
 
 
 class _LineLogger:
@@ -73,7 +76,9 @@ class _LineLogger:
         self._fd = fd
 
     def msg(self, message: str) -> None:
-        data = (message + "\n").encode("utf-8", "backslashreplace")
+        self.write((message + "\n").encode("utf-8", "backslashreplace"))
+
+    def write(self, data: bytes) -> None:
         while data:
             data = data[os.write(self._fd, data) :]
 
@@ -111,16 +116,19 @@ def stdlib_config(level: str = "info") -> dict[str, Any]:
     }
 
 
-# Counts calls of ``configure``: a logger binds itself again after each (see _Logger).
+# Counts calls of ``configure``: a logger binds itself again after each (see Logger).
 _generation = 0
+# Where ``Logger.info_line`` writes its lines itself: the configured descriptor, while info
+# lines are wanted and the output has one; otherwise structlog writes them.
+_lines: _LineLogger | None = None
 
 
-def get_logger(name: str) -> Any:
+def get_logger(name: str) -> Logger:
     """A structlog logger tagged with ``component=name``; configured on first use, not on import."""
-    return _Logger(name)
+    return Logger(name)
 
 
-class _Logger:
+class Logger:
     """A structlog logger bound once per configuration.
 
     structlog's own lazy proxy binds a new logger on every call unless told to cache it for
@@ -141,6 +149,34 @@ class _Logger:
             self._bound = structlog.get_logger(component=self._name).bind()
             self._generation = _generation
         return getattr(self._bound, method)
+
+    def info_line(self, event: str, fields: dict[str, Any]) -> None:
+        """``info(event, **fields)``, written as the configured processors write it, for an
+        event logged once per review: rendered here in one step instead of passing through
+        structlog's chain, which costs several times more on a server whose caches the
+        network and TLS work keep cold. ``fields`` must not hold ``event``, ``level``,
+        ``timestamp`` or ``component``; it is changed."""
+        lines = _lines
+        if lines is None:
+            self.info(event, **fields)
+            return
+        fields["event"] = event
+        fields["level"] = "info"
+        fields["timestamp"] = _utc_now()
+        try:
+            data = orjson.dumps(
+                {"component": self._name, **fields},
+                default=repr,
+                option=orjson.OPT_APPEND_NEWLINE,
+            )
+        except TypeError:  # lone surrogates: escaped by the standard encoder
+            data = (json.dumps({"component": self._name, **fields}, default=repr) + "\n").encode()
+        lines.write(data)
+
+
+def _utc_now() -> str:
+    # As structlog's TimeStamper(fmt="iso", utc=True) writes it.
+    return datetime.datetime.now(tz=datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _component(
