@@ -7,6 +7,7 @@ import io
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from flask import Flask
@@ -18,7 +19,7 @@ from webhook.engine.decision import Context, Decision, Obj
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy, parse_policy
 from webhook.server import logs
-from webhook.server.app import create_app
+from webhook.server.app import create_app, hook_request
 from webhook.server.metrics import Metrics
 
 SWEEP = fixture("create-pod-sweep-mutate")
@@ -234,3 +235,26 @@ def test_an_operation_of_any_other_value_or_type_is_a_bad_request(operation: obj
     reply = client_for(create_app(builtin_policy)).post("/mutate", json=review)
     assert reply.status_code == 400
     assert "is not one of CREATE, UPDATE, DELETE, CONNECT" in reply.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "timeout=10s",
+        "timeout=3s",
+        "timeout=",
+        "timeout=10s&timeout=2s",
+        "a=1&timeout=7s",
+        "timeout=1%30s",
+        "time%6Fut=4s",
+        "timeout=5s;x=1",
+        "timeout=+5s",
+        "timeout=1234567s",
+        "timeouts=4s",
+        "notimeout=4s",
+    ],
+)
+def test_the_timeout_is_read_as_the_query_parser_reads_it(query: str) -> None:
+    environ = {"QUERY_STRING": query, "wsgi.input": io.BytesIO()}
+    expected = dict(parse_qsl(query)).get("timeout")
+    assert hook_request(environ).timeout == expected

@@ -12,6 +12,7 @@ unknown paths and methods).
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from typing import Any, ClassVar
@@ -124,7 +125,7 @@ class HookRoutes:
 def hook_request(environ: dict[str, Any]) -> HookRequest:
     """The parts of a WSGI request a review call uses (as werkzeug would read them)."""
     query = environ.get("QUERY_STRING", "")
-    timeout = dict(parse_qsl(query)).get("timeout") if "timeout" in query else None
+    timeout = _timeout_parameter(query) if query else None
     length = _content_length(environ)
     # PEP 3333: a body with neither a length nor an end the server marks is not read.
     unbounded = length is None and not environ.get("wsgi.input_terminated")
@@ -135,6 +136,18 @@ def hook_request(environ: dict[str, Any]) -> HookRequest:
         content_length=length,
         body=io.BytesIO() if unbounded else environ["wsgi.input"],
     )
+
+
+# What the API server sends, and all it sends: read without the general query parser, which
+# costs more than the rest of reading the request.
+_PLAIN_TIMEOUT = re.compile(r"timeout=([0-9]{1,6}s)")
+
+
+def _timeout_parameter(query: str) -> str | None:
+    plain = _PLAIN_TIMEOUT.fullmatch(query)
+    if plain is not None:
+        return plain.group(1)
+    return dict(parse_qsl(query)).get("timeout")
 
 
 def _content_length(environ: dict[str, Any]) -> int | None:
