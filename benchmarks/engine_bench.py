@@ -7,7 +7,11 @@
    ``evaluate`` + ``make_patch`` (what ``admission.core.judge`` does), and for the mutating hook's
    whole answer (``hooks.answer``: judge, response, base64 patch), each on fresh copies of the
    object as the server gets them. Goals: evaluate + patch <= 2x evaluate; evaluate <= 30 us on
-   a quiet machine.
+   a quiet machine. Then the whole review of the sweep pod through the server's WSGI app (the
+   body read, decoded and judged, the answer encoded, the log line written to /dev/null, the
+   metrics counted), back to back and with 8 MiB written between reviews, which leaves the
+   caches about as cold as the TLS and network work between a serving worker's reviews does:
+   the second is nearer what a review costs in the server.
 2. ``preemptguard check -o json`` (the installed console script, start-up included) on a
    generated file of N objects against a bare ``yaml.load_all(..., Loader=yaml.CSafeLoader)`` of
    the same file in a fresh interpreter (start-up included too), alternated, median of
@@ -20,7 +24,9 @@
 from __future__ import annotations
 
 import argparse
+import compileall
 import gc
+import io
 import json
 import os
 import shutil
@@ -37,6 +43,7 @@ from typing import Any
 import jsonpatch
 import yaml
 
+import webhook
 from webhook.admission import hooks, review
 from webhook.admission.namespaces import NamespaceMeta
 from webhook.engine.decision import Context, Obj
@@ -45,6 +52,9 @@ from webhook.engine.patch import make_patch
 from webhook.engine.policy import Policy
 from webhook.loading.manifests import MAX_INPUT_BYTES
 from webhook.loading.policies import builtin_policy
+from webhook.server import logs
+from webhook.server.app import create_app
+from webhook.server.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[1]
 REVIEWS = REPO / "tests" / "fixtures" / "admission-reviews"
@@ -186,6 +196,54 @@ def bench_engine(policy: Policy, rounds: int, number: int) -> None:
     )
 
 
+def _start_response(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+    return None
+
+
+# Four times the L2 cache of a core here: the caches left about as cold as a serving worker
+# finds them, its TLS, socket and kernel work having run since its last review (timed inside
+# a worker under hey, a review costs 2.2x its back-to-back cost; this gives 1.6-1.9x).
+EVICT_BYTES = 8 * 2**20
+
+
+def bench_review_caches(policy: Policy, rounds: int, number: int) -> None:
+    app = create_app(lambda: policy, metrics=Metrics())
+    body = (REVIEWS / POD_REVIEWS[0]).read_bytes()
+
+    def review_once() -> float:
+        environ = {
+            "PATH_INFO": "/mutate",
+            "REQUEST_METHOD": "POST",
+            "QUERY_STRING": "timeout=10s",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.input": io.BytesIO(body),
+        }
+        start = time.thread_time()
+        app.wsgi_app(environ, _start_response)
+        return time.thread_time() - start
+
+    evict, zeros = bytearray(EVICT_BYTES), bytes(EVICT_BYTES)
+
+    def evicted_once() -> float:
+        evict[:] = zeros
+        return review_once()
+
+    with open(os.devnull, "w") as devnull:
+        logs.configure("info", devnull)  # a descriptor: the line the server writes, to nowhere
+        try:
+            warm = min(sum(review_once() for _ in range(number)) for _ in range(rounds))
+            cold = min(sum(evicted_once() for _ in range(number)) for _ in range(rounds))
+        finally:
+            logs.configure("info")
+    warm_us, cold_us = warm / number * 1e6, cold / number * 1e6
+    print(f"\n## the sweep pod's whole review through the WSGI app (CPU us per review, least of "
+          f"{rounds} rounds of {number})")  # fmt: skip
+    print(f"{'back to back':38} {warm_us:9.1f}")
+    print(f"{f'{EVICT_BYTES // 2**20} MiB written between reviews':38} {cold_us:9.1f}   "
+          f"{cold_us / warm_us:.2f}x, nearer what a review costs a serving worker")  # fmt: skip
+
+
 # --- 2 and 3. check against a bare libyaml parse ------------------------------------------
 
 
@@ -265,6 +323,14 @@ def timed_bare(paths: list[Path], out: Path, objects: int) -> float:
     return elapsed
 
 
+def compile_package() -> None:
+    """Write the package's bytecode, as installing it does (pip compiles what it installs, as
+    it did PyYAML's): in a source checkout installed editable, with PYTHONDONTWRITEBYTECODE
+    set, every run of check would compile the package again, about 0.1 s of its start-up."""
+    package = Path(webhook.__file__).parent
+    compileall.compile_dir(str(package), quiet=1)
+
+
 @contextmanager
 def workdir() -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix="pg-engine-bench-"))
@@ -282,6 +348,7 @@ def bench_check(objects: int, repeats: int, tmp: Path) -> None:
           f"included, median of {repeats} alternated runs")  # fmt: skip
     print(f"# {check_argv([path])[0]} check -f FILE -o json   vs   python -c "
           "'yaml.load_all(f, Loader=yaml.CSafeLoader)'")  # fmt: skip
+    compile_package()
     startup = run_timed([*preemptguard_command(), "--version"], subprocess.DEVNULL)
     checks, bares = [], []
     for i in range(repeats):
@@ -342,6 +409,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     bench_engine(builtin_policy(), args.rounds, args.number)
+    bench_review_caches(builtin_policy(), args.rounds, args.number)
     with workdir() as tmp:
         bench_check(args.objects, args.repeats, tmp)
         if args.rss_objects:
