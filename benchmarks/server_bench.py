@@ -12,9 +12,11 @@ request POSTs the recorded sweep pod review to ``/mutate``. hey comes from ``hac
 figures with another machine.
 
 (a) default settings (workers = CPUs) at 16 connections; (b) 1 process at 16 and at 1
-connection; (c) a fixed 400 requests/s (``hey -q`` per connection) p50/p99; (d) bursts of 64 and
-128 connections beside idle handshaken ones (as Go's client parks them), counting non-200
-answers, errors and hung requests (no answer within ``--timeout``). Each measurement runs
+connection, and at 1 connection the review's own time inside the worker, as its log lines
+give it (beside engine_bench's whole review in process: what cold caches cost); (c) a fixed
+400 requests/s (``hey -q`` per connection) p50/p99; (d) bursts of 64 and 128 connections
+beside idle handshaken ones (as Go's client parks them), counting non-200 answers, errors and
+hung requests (no answer within ``--timeout``). Each measurement runs
 ``--repeats`` times, alternating which server goes first; medians are printed, with the ratio
 to the always-allow app and the goal. (e) The always-allow app beside the same answer from a
 bare WSGI function under the same server: preemptguard serves its hooks without Flask, so this
@@ -527,6 +529,7 @@ def bench(args: argparse.Namespace) -> None:
             def measure(server: Server, conns: int = conns) -> Run:
                 return hey.run(server, conns, seconds=seconds)
 
+            logged = (work / "preemptguard.log").stat().st_size
             pg, allow = alternate(pair, repeats, measure)
             row(f"(b) throughput, {conns} connection(s)", pg, allow, lambda r: r.rate, "/s",
                 ">= 0.9x", lambda x: x >= 0.9)  # fmt: skip
@@ -534,6 +537,8 @@ def bench(args: argparse.Namespace) -> None:
             row("    server CPU per review", pg, allow, lambda r: r.cpu_us_per_review, "us",
                 "", None)  # fmt: skip
             failures_row("    failures", pg, allow)
+            if conns == 1:
+                review_inside(work / "preemptguard.log", logged)
 
     if not args.skip_default:
         section("default settings (workers = CPUs)", hey, tls, None, cpus, args, work,
@@ -547,6 +552,21 @@ def bench(args: argparse.Namespace) -> None:
     print(f"\n# load average at the end {load_average()}; server logs in {work}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def review_inside(log: Path, offset: int) -> None:
+    """The review's own time inside the worker: ``duration_ms`` of the log lines written from
+    ``offset`` on (one connection, so no other review shares the worker: time there is CPU).
+    Set beside engine_bench's whole review in process, it shows what cold caches cost."""
+    with log.open("rb") as lines:
+        lines.seek(offset)
+        durations = [
+            float(event["duration_ms"]) * 1000
+            for event in map(json.loads, (line for line in lines if line.startswith(b"{")))
+            if event.get("event") == "admission" and "duration_ms" in event
+        ]
+    print(f"    the review inside the worker: {median(durations):.0f} us, median of "
+          f"{len(durations)} (logged duration_ms: reading the body to the answer)")  # fmt: skip
 
 
 def stack_floor(hey: Hey, tls: Path, workers: int, args: argparse.Namespace, work: Path) -> None:

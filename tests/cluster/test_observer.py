@@ -137,16 +137,32 @@ def _cluster(fake: FakeApiServer, policy: Policy) -> None:
     put(pod("agent-x", node_name="pre-1", owner=("apps/v1", "DaemonSet", "agent")))
 
 
-def _reclaim(fake: FakeApiServer, cluster: Cluster, *pods: str) -> None:
-    """T+0 as the provider does it: cordon, the Event, every pod deleted with its grace."""
+def _reclaim(
+    fake: FakeApiServer,
+    cluster: Cluster,
+    *pods: str,
+    recognised: Callable[[], object] | None = None,
+) -> None:
+    """T+0 as the provider does it: cordon, the Event, every pod deleted with its grace.
+
+    The observer watches Events and pods apart, so a deletion may reach it before the Event
+    and open the reclaim as a cordon's; ``recognised``, when given, is waited for between
+    the Event and the deletions, for a test that counts reclaims by their trigger.
+    """
     fake.modify("Node", "pre-1", spec={"unschedulable": True})
     now = stamp(time.time())
     fake.put({"kind": "Event", "metadata": {"name": "pre-1.1", "namespace": "default"},
               "involvedObject": {"kind": "Node", "name": "pre-1"}, "reason": "TogetherPreempted",
               "firstTimestamp": now, "lastTimestamp": now})  # fmt: skip
+    if recognised is not None:
+        _wait(recognised, what="the provider's Event recognised")
     for name in pods:
         stored = next(p for p in fake.list("Pod") if p["metadata"]["name"] == name)
         cluster.delete(path("pods", namespace=stored["metadata"]["namespace"], name=name))
+
+
+def _by_event(run: Running) -> Callable[[], bool]:
+    return lambda: run.value("preemptguard_reclaims_total", trigger="event") == 1
 
 
 def _events(fake: FakeApiServer, reason: str) -> dict[str, dict[str, Any]]:
@@ -163,7 +179,7 @@ def test_each_displaced_pod_gets_its_outcome_as_metrics_an_event_on_its_owner_an
     _cluster(fake, policy)
     run = observers.start("observer-a")
     _wait(run.observer.leading.is_set, what="leadership")
-    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck", recognised=_by_event(run))
     time.sleep(0.5)
     fake.remove("Pod", "sweep", "team")
     fake.remove("Pod", "web-7d9-x", "team")
@@ -231,7 +247,7 @@ def test_a_restarted_observer_resumes_without_counting_anything_twice(
     _cluster(fake, policy)
     first = observers.start("observer-a")
     _wait(first.observer.leading.is_set, what="leadership")
-    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck")
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck", recognised=_by_event(first))
     time.sleep(0.3)
     fake.remove("Pod", "sweep", "team")
     _wait(lambda: first.displaced() == 1, what="the first outcome")
