@@ -90,18 +90,37 @@ class Report:
 
 
 class _ErrorLog:
-    """The server's log stream: keeps error-level events, drops the rest."""
+    """The server's log stream, as the server has it: a file descriptor, so that each review's
+    line is written by the path that writes it in production. Keeps nothing but the error-level
+    events written since the last ``new_errors``."""
 
     def __init__(self) -> None:
-        self.errors: list[str] = []
+        self._file = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115 - closed by close()
+        self._fd = self._file.fileno()
 
-    def write(self, line: str) -> int:
-        if '"level": "error"' in line or '"level":"error"' in line:
-            self.errors.append(line.strip())
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, line: str) -> int:  # only what does not write to the descriptor itself
+        os.write(self._fd, line.encode("utf-8", "backslashreplace"))
         return len(line)
 
     def flush(self) -> None:
         pass
+
+    def new_errors(self) -> list[str]:
+        data = os.pread(self._fd, os.lseek(self._fd, 0, os.SEEK_END), 0)
+        # Emptied once read: what is written next goes to the start of the file again.
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        return [
+            line.decode("utf-8", "replace").strip()
+            for line in data.splitlines()
+            if b'"level": "error"' in line or b'"level":"error"' in line
+        ]
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def namespace_lookup(namespace: str) -> NamespaceMeta:
@@ -124,7 +143,7 @@ class ReviewRunner:
     def __init__(self, bound_seconds: float = REVIEW_BOUND_SECONDS) -> None:
         self.bound = bound_seconds
         self.log = _ErrorLog()
-        logs.configure("warning", stream=self.log)  # type: ignore[arg-type]
+        logs.configure("info", stream=self.log)  # type: ignore[arg-type]
         self.offload = Offload()
         enforce = builtin_policy()
         warn = parse_policy(
@@ -145,6 +164,7 @@ class ReviewRunner:
     def close(self) -> None:
         self.offload.stop()
         logs.configure("info")
+        self.log.close()
 
     def __enter__(self) -> ReviewRunner:
         return self
@@ -182,9 +202,9 @@ class ReviewRunner:
             return reply
 
         oracle = ReviewOracle(timed, bound_seconds=self.bound, warn_mode=warn_mode)
-        before = len(self.log.errors)
+        self.log.new_errors()
         verdict = oracle.judge(hook, body, content_type)
-        for line in self.log.errors[before:]:
+        for line in self.log.new_errors():
             verdict.fail("error-logged", line[:400])
         self.slowest = max([self.slowest, *timings])
         return verdict
