@@ -202,7 +202,7 @@ def _start_response(status: str, headers: list[tuple[str, str]], *exc_info: Any)
 
 # Four times the L2 cache of a core here: the caches left about as cold as a serving worker
 # finds them, its TLS, socket and kernel work having run since its last review (timed inside
-# a worker under hey, a review costs 2.2x its back-to-back cost; this gives 1.6-1.9x).
+# a worker under hey, a review costs 2.2-2.4x its back-to-back cost; this gives 1.4-1.9x).
 EVICT_BYTES = 8 * 2**20
 
 

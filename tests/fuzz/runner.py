@@ -101,10 +101,6 @@ class _ErrorLog:
     def fileno(self) -> int:
         return self._fd
 
-    def write(self, line: str) -> int:  # only what does not write to the descriptor itself
-        os.write(self._fd, line.encode("utf-8", "backslashreplace"))
-        return len(line)
-
     def flush(self) -> None:
         pass
 

@@ -33,8 +33,9 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Send structlog events to ``stream`` (stdout) as JSON lines, at ``level`` and above."""
     global _generation, _lines
     _generation += 1
+    least = _level_number(level)
     factory, line_logger = _logger_factory(stream or sys.stdout)
-    _lines = line_logger if _level_number(level) <= logging.INFO else None
+    _lines = line_logger if least <= logging.INFO else None
     structlog.configure(
         processors=[
             *_shared_processors(),
@@ -42,7 +43,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
             _TRACEBACKS,
             structlog.processors.JSONRenderer(serializer=_json_line),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(_level_number(level)),
+        wrapper_class=structlog.make_filtering_bound_logger(least),
         logger_factory=factory,
         # Not cached by structlog: reconfiguring (tests, a level change) must reach loggers
         # made at import; Logger binds once per configuration instead.
@@ -163,15 +164,7 @@ class Logger:
         fields["event"] = event
         fields["level"] = "info"
         fields["timestamp"] = _utc_now()
-        try:
-            data = orjson.dumps(
-                {"component": self._name, **fields},
-                default=repr,
-                option=orjson.OPT_APPEND_NEWLINE,
-            )
-        except TypeError:  # lone surrogates: escaped by the standard encoder
-            data = (json.dumps({"component": self._name, **fields}, default=repr) + "\n").encode()
-        lines.write(data)
+        lines.write(_json_bytes({"component": self._name, **fields}, repr, newline=True))
 
 
 def _utc_now() -> str:
@@ -189,12 +182,17 @@ def _component(
 
 
 def _json_line(event: Any, **options: Any) -> str:
+    """structlog's serializer: one log line of JSON (see ``_json_bytes``)."""
+    return _json_bytes(event, options.get("default")).decode()
+
+
+def _json_bytes(event: Any, default: Any, *, newline: bool = False) -> bytes:
     """One log line of JSON: orjson, or the standard encoder for what orjson refuses (lone
-    surrogates in a value read from a request)."""
+    surrogates in a value read from a request), which escapes it."""
     try:
-        return orjson.dumps(event, default=options.get("default")).decode()
+        return orjson.dumps(event, default=default, option=orjson.OPT_APPEND_NEWLINE * newline)
     except TypeError:
-        return json.dumps(event, **options)
+        return (json.dumps(event, default=default) + "\n" * newline).encode()
 
 
 def _level_number(level: str) -> int:
