@@ -177,12 +177,23 @@ def test_the_classification_names_every_source_in_order(objects: dict[str, dict[
     variables = _variables(objects["ValidatingAdmissionPolicy"])
     policy = load_policy(POLICY_DIR)
     candidates = variables["candidates"].splitlines()
-    # annotation, then each rule in policy order, then the namespace default: ties go to the first.
+    # annotation, each rule in policy order, the template defaults of pods without an
+    # annotation (in the order of their templates), the namespace default: ties go to the first.
     assert "variables.annotated" in candidates[0]
-    # Rules that match template roles match no pod and no template of Kubernetes' own kinds.
-    pod_rules = [rule for rule in policy.rules if not rule.match.template_roles]
-    for line, rule in zip(candidates[1:-1], pod_rules, strict=True):
+    defaults = [line for line in candidates if line.startswith("(!variables.annotated.hasValue()")]
+    rules = candidates[1 : -1 - len(defaults)]
+    for line, rule in zip(rules, policy.rules, strict=True):
         assert line.endswith(f"? [{lit(rule.workload_class)}] : []) +")
+    # A rule for template roles matches the pods whose labels say they come from such a
+    # template (the podSelector of each head, master, launcher, chief and ps template).
+    roles = next(
+        line for line, r in zip(rules, policy.rules, strict=True) if r.match.template_roles
+    )
+    assert "object.kind == 'Pod' && " in roles
+    assert "variables.labels['training.kubeflow.org/replica-type'] == 'ps'" in roles
+    assert candidates[len(rules) + 1 : -1] == defaults
+    assert all(line.endswith("? ['serving'] : []) +") for line in defaults)
+    assert any("variables.labels['ray.io/serve'] == 'true'" in line for line in defaults)
     assert "variables.namespaceDefault" in candidates[-1]
     assert variables["namespaceDefault"].startswith("namespaceObject.")
     # Stricter wins: standard classes first, then prefer-preemptible, then the first candidate.
@@ -228,7 +239,7 @@ def test_rules_with_every_kind_of_match(tmp_path: Path) -> None:
     path.write_text(custom)
     policy = load_policy(path)
     rule = next(r for r in policy.rules if r.name == "sweeps")
-    cel = Rules(policy)._rule(rule)
+    cel = Rules(policy)._rule(rule, pods_only=True)
     assert "request.namespace.matches('^(?s:sweeps-.*)$')" in cel
     assert "request.namespace.matches('^(?s:batch-[0-9].)$')" in cel
     assert "request.namespace == 'evals'" in cel

@@ -315,6 +315,40 @@ def matrix_cases() -> list[Case]:
     extra[0]["metadata"]["labels"] = head
     extra[1]["metadata"]["labels"] = head
     cases += [Case(name=f"extra {p['metadata']['name']}", obj=p) for p in extra]
+    return cases + operator_pod_cases()
+
+
+# Labels operators set on the pods they make from a template (the default policy's
+# podSelectors): such pods get the template's role and default class.
+OPERATOR_LABELS: dict[str, dict[str, str]] = {
+    "lws-leader": {
+        "leaderworkerset.sigs.k8s.io/name": "llm",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0",
+    },
+    "lws-worker": {
+        "leaderworkerset.sigs.k8s.io/name": "llm",
+        "leaderworkerset.sigs.k8s.io/worker-index": "2",
+    },
+    "rayservice-worker": {"ray.io/node-type": "worker", "ray.io/serve": "true"},
+    "raycluster-worker": {"ray.io/node-type": "worker"},
+    "tfjob-ps": {
+        "training.kubeflow.org/operator-name": "tfjob-controller",
+        "training.kubeflow.org/replica-type": "ps",
+    },
+}
+
+
+def operator_pod_cases() -> list[Case]:
+    """Pods as operators create them, asking for preemptible nodes or not, annotated or not."""
+    cases = []
+    for name, labels in OPERATOR_LABELS.items():
+        for workload in ("interruptible", None):
+            for shape in ("none", "selector-preemptible", "other-key-only"):
+                label = f"{name}-{workload or 'unannotated'}-{shape}"
+                spec = {**SHAPES[shape], "tolerations": TOLERATIONS["all"]}
+                obj = _pod(label, workload, spec)
+                obj["metadata"]["labels"] = dict(labels)
+                cases.append(Case(name=f"operator {label}", obj=obj))
     return cases
 
 

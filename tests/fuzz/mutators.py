@@ -813,6 +813,59 @@ def kind_change(rng: random.Random, doc: Any, box: Box) -> str:
     return label
 
 
+# Labels operators set on the pods they make from a template (and near misses): the default
+# policy gives such pods their template's role or default class.
+OPERATOR_LABELS: list[dict[str, str]] = [
+    {"leaderworkerset.sigs.k8s.io/name": "llm", "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+    {"leaderworkerset.sigs.k8s.io/name": "llm", "leaderworkerset.sigs.k8s.io/worker-index": "1"},
+    {"leaderworkerset.sigs.k8s.io/name": ""},
+    {"leaderworkerset.sigs.k8s.io/Name": "llm"},
+    {"ray.io/node-type": "worker", "ray.io/serve": "true"},
+    {"ray.io/node-type": "worker", "ray.io/serve": "True"},
+    {"ray.io/node-type": "worker"},
+    {
+        "training.kubeflow.org/operator-name": "tfjob-controller",
+        "training.kubeflow.org/replica-type": "ps",
+    },
+    {
+        "training.kubeflow.org/operator-name": "tfjob-controller",
+        "training.kubeflow.org/replica-type": "PS",
+    },
+    {
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+        "training.kubeflow.org/replica-type": "master",
+    },
+    {
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        "training.kubeflow.org/job-role": "launcher",
+    },
+    {"training.kubeflow.org/replica-type": "ps"},
+]
+
+
+def operator_labels(rng: random.Random, doc: Any, box: Box) -> str:
+    meta = meta_of(box)
+    if meta is None:
+        return "operator-labels:none"
+    i = rng.randrange(len(OPERATOR_LABELS))
+    labels = child(meta, "labels")
+    labels.update(OPERATOR_LABELS[i])
+    extra = ""
+    if rng.random() < 0.3:
+        child(meta, "annotations")[WORKLOAD] = rng.choice([*CLASSES, "interruptible"])
+        extra = "+annotated"
+    if rng.random() < 0.5:
+        # Spot capacity by another label, every taint tolerated: only its class keeps it off.
+        spec = spec_of(box)
+        if spec is not None:
+            spec["tolerations"] = [{"operator": "Exists"}]
+            expr = {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["spot"]}
+            spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+                {"matchExpressions": [expr]}]}}}  # fmt: skip
+            extra += "+spot"
+    return f"operator-labels:{i}{extra}"
+
+
 OBJECT_MUTATORS: list[tuple[ObjectMutator, int]] = [
     (wrong_type, 10),
     (remove_or_null, 6),
@@ -826,6 +879,7 @@ OBJECT_MUTATORS: list[tuple[ObjectMutator, int]] = [
     (placement, 14),
     (grace, 4),
     (kind_change, 7),
+    (operator_labels, 5),
 ]
 
 

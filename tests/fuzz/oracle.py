@@ -344,9 +344,11 @@ def standard_only(
     pod: Mapping[str, Any],
     namespace: str | None,
     defaults: Mapping[str, str] = corpus.NAMESPACE_DEFAULTS,
+    *,
+    is_pod: bool = True,
 ) -> str | None:
-    """Which source makes this pod (template) standard-only under the default policy;
-    ``defaults`` are the namespaces' ``together.ai/default-workload``."""
+    """Which source makes this pod (or, not ``is_pod``, template) standard-only under the
+    default policy; ``defaults`` are the namespaces' ``together.ai/default-workload``."""
     meta = _mapping(pod, "metadata")
     annotations, labels = _mapping(meta, "annotations"), _mapping(meta, "labels")
     value = annotations.get(WORKLOAD)
@@ -356,9 +358,42 @@ def standard_only(
         label = labels.get(key)
         if isinstance(label, str) and label in values:
             return f"label {key}={label}"
+    made = operator_made(labels, annotated=WORKLOAD in annotations) if is_pod else None
+    if made is not None:
+        return made
     default = defaults.get(namespace or "")
     if default in STANDARD_CLASSES:
         return f"namespace {namespace} defaults to {default}"
+    return None
+
+
+# Coordinator templates (the policy's rule for roles head, master, launcher, chief, ps), by the
+# labels each operator sets on the pods it makes from them.
+COORDINATOR_PODS: dict[str, tuple[str, frozenset[str]]] = {
+    "tfjob-controller": ("replica-type", frozenset({"chief", "master", "ps"})),
+    "pytorchjob-controller": ("replica-type", frozenset({"master"})),
+    "xgboostjob-controller": ("replica-type", frozenset({"master"})),
+    "paddlejob-controller": ("replica-type", frozenset({"master"})),
+    "mpi-operator": ("job-role", frozenset({"launcher", "master"})),
+    "mpijob-controller": ("job-role", frozenset({"launcher", "master"})),
+}
+
+
+def operator_made(labels: Mapping[str, Any], *, annotated: bool) -> str | None:
+    """Which template an operator made this standard-only pod from: a coordinator's whatever
+    the pod says, a serving one (a LeaderWorkerSet's, a RayService's workers) unless the pod
+    is annotated with a class."""
+    operator = labels.get("training.kubeflow.org/operator-name")
+    if isinstance(operator, str) and operator in COORDINATOR_PODS:
+        key, values = COORDINATOR_PODS[operator]
+        if labels.get(f"training.kubeflow.org/{key}") in values:
+            return f"the labels {operator} sets on a coordinator's pods"
+    if annotated:
+        return None
+    if "leaderworkerset.sigs.k8s.io/name" in labels:
+        return "the labels of a LeaderWorkerSet's pods (serving by default)"
+    if labels.get("ray.io/node-type") == "worker" and labels.get("ray.io/serve") == "true":
+        return "the labels of a RayService's workers (serving by default)"
     return None
 
 
@@ -654,7 +689,7 @@ class ReviewOracle:
         if path is None or expected.namespace in EXCLUDED_NAMESPACES:
             return
         template = _mapping(obj, *path)
-        source = standard_only(template, expected.namespace)
+        source = standard_only(template, expected.namespace, is_pod=False)
         spec = template.get("spec")
         if source is None or not isinstance(spec, dict):
             return
@@ -862,7 +897,7 @@ def _cli_standard(
         pod = _mapping(obj, *path)
     else:
         return []
-    source = standard_only(pod, namespace, defaults)
+    source = standard_only(pod, namespace, defaults, is_pod=kind == "Pod")
     spec = pod.get("spec")
     if source is None or not isinstance(spec, dict):
         return []

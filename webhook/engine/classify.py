@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from webhook.engine.decision import Classification
 from webhook.engine.findings import Code, Finding, finding, shorten
+from webhook.engine.origins import NONE, Origins
 from webhook.engine.policy import Policy, Rule
 
 WORKLOAD_ANNOTATION = "together.ai/workload"
@@ -23,10 +24,8 @@ class PodFacts(NamedTuple):
     namespace: str | None
     owner_kind: str | None
     namespace_annotations: Mapping[str, str]
-    # A workload's pod template: its role, and the class its kind gives it when nothing else
-    # classifies it.
-    role: str = ""
-    default_class: str | None = None
+    # The roles and default classes of the templates it is, or its pod comes from.
+    origins: Origins = NONE
 
 
 class Verdict(NamedTuple):
@@ -78,13 +77,10 @@ def _candidates(
             found.append(
                 Classification(name=rule.workload_class, source=source, detail=_rule_detail(rule))
             )
-    if annotated is None and facts.default_class is not None:
-        # The kind's default for this template, unless the pod says otherwise: a
+    if annotated is None:
+        # The kind's default for its template, unless the pod says otherwise: a
         # LeaderWorkerSet serves users unless its template is annotated interruptible.
-        detail = f"the default of {facts.role or 'the'} templates of its kind"
-        found.append(
-            Classification(name=facts.default_class, source="template default", detail=detail)
-        )
+        found += facts.origins.defaults
     ns_default = facts.namespace_annotations.get(NAMESPACE_DEFAULT_ANNOTATION)
     if ns_default is not None:
         namespace = shorten(facts.namespace or "")
@@ -125,7 +121,7 @@ def rule_matches(rule: Rule, facts: PodFacts) -> bool:
     for requirement in match.match_expressions:
         if not requirement.matches(labels):
             return False
-    if match.template_roles and facts.role not in match.template_roles:
+    if match.template_roles and facts.origins.roles.isdisjoint(match.template_roles):
         return False
     return not match.owner_kinds or facts.owner_kind in match.owner_kinds
 

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import hints
-from webhook.engine.classify import WORKLOAD_ANNOTATION
+from webhook.engine import hints, origins
+from webhook.engine.classify import WORKLOAD_ANNOTATION, PodFacts, classify
 from webhook.engine.decision import Classification, Context, Decision, Obj, Part
 from webhook.engine.findings import Code, Finding, finding, shorten
 from webhook.engine.jsoncompare import same_json
@@ -159,7 +159,7 @@ def _pod(pod: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
         message = "Pod has no spec mapping: it cannot be placed; add it"
         return base.invalid(policy, finding(Code.NO_POD_SPEC, message, "spec"))
     owner = exempt.owner.kind if exempt.owner is not None else None
-    facts = facts_of(pod, ctx, base.namespace, owner_kind=owner)
+    facts = facts_of(pod, ctx, base.namespace, owner_kind=owner, origins=policy)
     judged = judge_template(
         pod,
         facts,
@@ -231,16 +231,38 @@ def _judge(
         ctx,
         namespace,
         owner_kind=t.owner_kind,
-        role=t.spec.role,
-        default_class=t.spec.default_class,
+        origins=origins.of_template(t.spec),
     )
-    return judge_template(
+    judged = judge_template(
         t.template,
         facts,
         policy,
         where="the pod template",
         location=t.where,
         priority_classes=ctx.priority_classes,
+    )
+    if t.spec.pods is not None or facts.origins == origins.NONE or judged.plan is None:
+        return judged
+    return judged._replace(notes=(*judged.notes, *_not_inherited(facts, judged, kind, policy)))
+
+
+def _not_inherited(
+    facts: PodFacts, judged: Judged, kind: WorkloadKind, policy: Policy
+) -> tuple[Finding, ...]:
+    """The template's class, when its pods would not get it: it comes from the template's role
+    or default, which its pods do not carry, and its kind names no labels to know them by."""
+    name = judged.classification.name
+    alone = classify(facts._replace(origins=origins.NONE), policy).classification.name
+    if alone == name:
+        return ()
+    message = (
+        f"the pods of this template get the class {name} from its role or its kind's default, "
+        f"which they do not carry: created, they will be {alone or 'unclassified'}; annotate "
+        f"the template {WORKLOAD_ANNOTATION}: {name}, or give the {kind.name} entry of the "
+        "policy a podSelector"
+    )
+    return (
+        finding(Code.CLASS_NOT_INHERITED, message, f"metadata.annotations.{WORKLOAD_ANNOTATION}"),
     )
 
 

@@ -40,6 +40,7 @@ class Code(enum.StrEnum):
     CLASS_AS_LABEL = "class-as-label"
     ANNOTATION_MISPLACED = "annotation-misplaced"
     ANNOTATION_OUT_OF_REACH = "annotation-out-of-reach"
+    CLASS_NOT_INHERITED = "class-not-inherited"
     GRACE_LOWERED = "grace-lowered"
     TEMPLATE_SUMMARY = "template-summary"
     PRIORITY_REPLACED = "priority-replaced"

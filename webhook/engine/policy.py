@@ -78,6 +78,41 @@ class LabelRequirement:
             return present and labels[self.key] in self.values
         return not present or labels[self.key] not in self.values  # NotIn
 
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        return f"{self.key} {self.operator} [{', '.join(self.values)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSelector:
+    """The labels an operator gives every pod it makes from one template: how such a pod,
+    created later, is known to come from it."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.required_keys:
+            # NotIn and DoesNotExist alone also match pods no operator made.
+            raise ValueError("name a label its pods carry: matchLabels, or In or Exists")
+
+    @property
+    def required_keys(self) -> tuple[str, ...]:
+        """The label keys a matching pod carries whatever their values."""
+        positive = (r.key for r in self.match_expressions if r.operator in ("In", "Exists"))
+        return (*self.match_labels, *positive)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        return all(requirement.matches(labels) for requirement in self.match_expressions)
+
+    def __str__(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_labels.items()]
+        return ", ".join(parts + [str(r) for r in self.match_expressions])
+
 
 @dataclass(frozen=True, slots=True)
 class Match:
@@ -87,7 +122,8 @@ class Match:
     match_labels: Mapping[str, str] = field(default_factory=dict)
     match_expressions: tuple[LabelRequirement, ...] = ()
     owner_kinds: tuple[str, ...] = ()
-    # Roles of pod templates (a RayCluster's head, a PyTorchJob's master); a pod has none.
+    # Roles of pod templates (a RayCluster's head, a PyTorchJob's master), and of the pods
+    # their podSelector knows.
     template_roles: tuple[str, ...] = ()
 
 
@@ -113,7 +149,9 @@ class TemplateSpec:
     ``embedded`` paths lead to whole objects (an AppWrapper's components) rather than pod
     templates: a Pod there is a template, any other object's templates are found by its kind.
     ``partial`` templates are patches merged into a template kept elsewhere (a TrainJob's
-    runtimePatches): checked for what they ask, never given a placement.
+    runtimePatches): checked for what they ask, never given a placement. ``pods`` is how
+    the pods its operator makes from it are known when they are created (the labels the
+    operator sets): they get its role and default class too, which they do not carry.
     """
 
     path: tuple[str, ...]
@@ -122,6 +160,7 @@ class TemplateSpec:
     optional: bool = False
     embedded: bool = False
     partial: bool = False
+    pods: PodSelector | None = None
 
     @property
     def dotted(self) -> str:
@@ -153,6 +192,18 @@ class WorkloadKind:
     def name(self) -> str:
         """``Kind.group``, as kubectl names resources (just ``Kind`` in the core group)."""
         return f"{self.kind}.{self.group}" if self.group else self.kind
+
+
+# Compared and hashed by identity: one per template of a loaded policy.
+@dataclass(frozen=True, slots=True, eq=False)
+class PodTemplate:
+    """A template whose pods are known by their labels, with its kind; ``order`` is its place
+    among the policy's."""
+
+    kind: WorkloadKind
+    spec: TemplateSpec
+    selector: PodSelector
+    order: int
 
 
 def dotted(path: tuple[str | int, ...]) -> str:
@@ -210,6 +261,28 @@ class Policy:
     # By (group, kind); the built-in kinds (webhook.engine.workloads.BUILTIN_KINDS) when a
     # policy lists none.
     workload_kinds: Mapping[tuple[str, str], WorkloadKind] = field(default_factory=dict)
+    # Derived from workload_kinds: the templates whose pods are known by their labels, and
+    # the same by a label key their pods must carry (a pod with none of them is from none).
+    pod_templates: tuple[PodTemplate, ...] = field(init=False, repr=False, compare=False)
+    pod_templates_by_key: Mapping[str, tuple[PodTemplate, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        specs = [
+            (kind, spec, spec.pods)
+            for kind in self.workload_kinds.values()
+            if kind.ignore is None
+            for spec in kind.templates
+            if spec.pods is not None
+        ]
+        found = tuple(PodTemplate(*item, order=i) for i, item in enumerate(specs))
+        by_key: dict[str, tuple[PodTemplate, ...]] = {}
+        for t in found:
+            key = t.selector.required_keys[0]
+            by_key[key] = (*by_key.get(key, ()), t)
+        object.__setattr__(self, "pod_templates", found)
+        object.__setattr__(self, "pod_templates_by_key", by_key)
 
     def class_names(self) -> str:
         """The valid class names, for messages."""

@@ -106,7 +106,8 @@ def _custom_kinds(policy: Policy) -> tuple[str, ...]:
     return (
         f"Templates of {', '.join(custom)} are checked at apply time by the webhook only; "
         "their pods are checked by the exported policies when they are created. Rules that "
-        "match template roles (templateRoles) apply only there.",
+        "match template roles (templateRoles), and template defaults, reach those pods only "
+        "through the labels in the template's podSelector.",
     )
 
 

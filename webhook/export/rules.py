@@ -10,12 +10,13 @@ validating one admits.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from webhook.engine.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
 from webhook.engine.constraints import MAX_LABEL_VALUES, MAX_TERMS, REQUIRED
 from webhook.engine.grace import CHECKPOINT_ANNOTATION, GRACE_FIELD
-from webhook.engine.policy import LabelRequirement, Placement, Policy, Rule
+from webhook.engine.policy import LabelRequirement, Placement, PodTemplate, Policy, Rule
 from webhook.engine.trust import DAEMONSET_API_VERSION
 from webhook.engine.workloads import BUILTIN_KINDS, MIRROR_ANNOTATION
 from webhook.export.cel import (
@@ -178,10 +179,11 @@ class Rules:
             [
                 when(known_annotation, f"[{annotated}.value()]"),
                 *(
-                    when(self._rule(rule), f"[{lit(rule.workload_class)}]")
+                    when(matched, f"[{lit(rule.workload_class)}]")
                     for rule in policy.rules
-                    if not rule.match.template_roles
+                    if (matched := self._rule(rule, pods_only=pods_only)) != "false"
                 ),
+                *self._template_defaults(annotated, pods_only=pods_only),
                 when(known_default, f"[{ns_default}.value()]"),
             ]
         )
@@ -224,10 +226,41 @@ class Rules:
             ("workloadClass", f"size({V}candidates) == 0 ? {default} :\n  {chosen}"),
         ]
 
-    def _rule(self, rule: Rule) -> str:
-        """classify.rule_matches."""
+    def _from_templates(self, templates: Iterable[PodTemplate], *, pods_only: bool) -> str:
+        """origins.of_pod: a pod its labels say comes from one of ``templates``. The
+        templates of the kinds these policies check (Kubernetes' own) have no role and no
+        default."""
+        selectors = dict.fromkeys(
+            all_of(
+                [self._label_is(k, v) for k, v in t.selector.match_labels.items()]
+                + [self._requirement(req) for req in t.selector.match_expressions]
+            )
+            for t in templates
+        )
+        found = any_of(selectors)
+        return found if pods_only or found == "false" else f"(object.kind == 'Pod' && {found})"
+
+    def _template_defaults(self, annotated: str, *, pods_only: bool) -> list[str]:
+        """classify._candidates: each template default of a pod without a class annotation,
+        in the order of the templates (a class repeated changes nothing)."""
+        found = (
+            when(
+                f"!{annotated}.hasValue() && {self._from_templates([t], pods_only=pods_only)}",
+                f"[{lit(t.spec.default_class)}]",
+            )
+            for t in self.policy.pod_templates
+            if t.spec.default_class is not None
+        )
+        return list(dict.fromkeys(found))
+
+    def _rule(self, rule: Rule, *, pods_only: bool) -> str:
+        """classify.rule_matches; a rule for template roles matches the pods that come from
+        templates of those roles."""
         match = rule.match
         parts = []
+        if match.template_roles:
+            roles = [t for t in self.policy.pod_templates if t.spec.role in match.template_roles]
+            parts.append(self._from_templates(roles, pods_only=pods_only))
         if match.namespaces:
             tests = []
             for pattern in match.namespaces:
@@ -238,13 +271,16 @@ class Rules:
                     else f"request.namespace.matches({lit(regex)})"
                 )
             parts.append(any_of(tests))
-        labels = f"{V}labels"
-        for k, v in match.match_labels.items():
-            parts.append(f"({lit(k)} in {labels} && {labels}[{lit(k)}] == {lit(v)})")
+        parts += [self._label_is(k, v) for k, v in match.match_labels.items()]
         parts += [self._requirement(req) for req in match.match_expressions]
         if match.owner_kinds:
             parts.append(f"{V}ownerKind in {lits(match.owner_kinds)}")
-        return all_of(parts)
+        return "false" if "false" in parts else all_of(parts)
+
+    @staticmethod
+    def _label_is(key: str, value: str) -> str:
+        labels = f"{V}labels"
+        return f"({lit(key)} in {labels} && {labels}[{lit(key)}] == {lit(value)})"
 
     @staticmethod
     def _requirement(req: LabelRequirement) -> str:

@@ -17,6 +17,7 @@ from webhook.engine.policy import (
     Mode,
     NodeLabel,
     Placement,
+    PodSelector,
     Policy,
     Rule,
     Taint,
@@ -193,7 +194,27 @@ def _template(
         optional=raw.get("optional", False),
         embedded=raw.get("embedded", False),
         partial=raw.get("partial", False),
+        pods=_pods(doc, source, (*at, "podSelector"), raw),
     )
+
+
+def _pods(
+    doc: Located, source: str, at: tuple[str | int, ...], template: Mapping[str, Any]
+) -> PodSelector | None:
+    """How a template's pods are known once its operator creates them."""
+    raw = template.get("podSelector")
+    if raw is None:
+        return None
+    if template.get("embedded", False):
+        message = (
+            "an embedded path holds whole objects, each judged by its own kind: drop podSelector"
+        )
+        raise PolicyError(source, doc.line_of(at), _dotted(at), message)
+    _check_selector(doc, source, at, raw)
+    try:
+        return PodSelector(dict(raw.get("matchLabels", {})), _requirements(raw))
+    except ValueError as exc:
+        raise PolicyError(source, doc.line_of(at), _dotted(at), str(exc)) from None
 
 
 def _trusted(raw: Mapping[str, Any]) -> TrustedRequesters:
@@ -285,16 +306,19 @@ def _rules(doc: Located, source: str, classes: Mapping[str, WorkloadClass]) -> t
             raise PolicyError(
                 source, line, f"spec.rules[{i}].name", f"duplicate rule {item['name']!r}"
             )
-        _check_expressions(doc, source, i, item["match"])
+        selector_at = ("spec", "rules", i, "match", "podSelector")
+        _check_selector(doc, source, selector_at, item["match"].get("podSelector", {}))
         rules.append(Rule(item["name"], item["class"], _match(item["match"])))
     return tuple(rules)
 
 
-def _check_expressions(doc: Located, source: str, rule: int, match: Mapping[str, Any]) -> None:
-    for j, expr in enumerate(match.get("podSelector", {}).get("matchExpressions", [])):
+def _check_selector(
+    doc: Located, source: str, at: tuple[str | int, ...], selector: Mapping[str, Any]
+) -> None:
+    for j, expr in enumerate(selector.get("matchExpressions", [])):
         needs_values = expr["operator"] in ("In", "NotIn")
         if needs_values != bool(expr.get("values")):
-            path = ("spec", "rules", rule, "match", "podSelector", "matchExpressions", j)
+            path = (*at, "matchExpressions", j)
             what = "needs at least one value" if needs_values else "must not have values"
             raise PolicyError(
                 source, doc.line_of(path), _dotted(path), f"operator {expr['operator']} {what}"
@@ -318,12 +342,16 @@ def _match(raw: Mapping[str, Any]) -> Match:
     return Match(
         namespaces=tuple(raw.get("namespaces", ())),
         match_labels=dict(selector.get("matchLabels", {})),
-        match_expressions=tuple(
-            LabelRequirement(e["key"], e["operator"], tuple(e.get("values", ())))
-            for e in selector.get("matchExpressions", ())
-        ),
+        match_expressions=_requirements(selector),
         owner_kinds=tuple(raw.get("ownerKinds", ())),
         template_roles=tuple(raw.get("templateRoles", ())),
+    )
+
+
+def _requirements(selector: Mapping[str, Any]) -> tuple[LabelRequirement, ...]:
+    return tuple(
+        LabelRequirement(e["key"], e["operator"], tuple(e.get("values", ())))
+        for e in selector.get("matchExpressions", ())
     )
 
 
