@@ -566,7 +566,7 @@ def review_inside(log: Path, offset: int) -> None:
             if event.get("event") == "admission" and "duration_ms" in event
         ]
     print(f"    the review inside the worker: {median(durations):.0f} us, median of "
-          f"{len(durations)} (logged duration_ms: reading the body to the answer)")  # fmt: skip
+          f"{len(durations)} (logged duration_ms: from the request's arrival)")  # fmt: skip
 
 
 def stack_floor(hey: Hey, tls: Path, workers: int, args: argparse.Namespace, work: Path) -> None:

@@ -8,10 +8,16 @@ Starts ``preemptguard serve`` as shipped (TLS, keep-alive) on 127.0.0.1 and prin
   and what the answer was;
 - an ordinary review's latency alone, then while 16 connections send the slowest of those
   pods back to back: p50 and max, and how the large ones were answered (checked, or refused
-  as busy), with the slowest of their answers. Every answer must come inside the API server's
-  3 s timeout (``?timeout=3s``, as the API server calls).
+  as busy), with the slowest of their answers;
+- bursts of 24 pods just under the size of a large review (``deep_and_dense``, ~480 KiB,
+  checked in the server's threads), each burst on 24 new connections at once, one after
+  another: how they were answered (checked, refused as busy), the slowest answer, and an
+  ordinary review's p50 and max meanwhile.
 
-    python benchmarks/slow_review_bench.py [--burst-seconds 10]
+Every answer must come inside the API server's 3 s timeout (``?timeout=3s``, as the API server
+calls). The server runs one worker process, as the shipped one-CPU replica does.
+
+    python benchmarks/slow_review_bench.py [--burst-seconds 10] [--workers 1]
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.adversarial import SLOW_PODS, encode, review_of  # noqa: E402
+from tests.adversarial import SLOW_PODS, deep_and_dense, encode, review_of  # noqa: E402
 
 HOST = "127.0.0.1"
 ORDINARY = REPO / "tests" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
 PATH = "/mutate?timeout=3s"
 CLIENT_TIMEOUT = 10.0
+DEADLINE = 3.0
+MEDIUM_BURST = 24
 
 
 def free_port() -> int:
@@ -50,12 +58,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(workdir: Path) -> Iterator[tuple[int, Path]]:
+def server(workdir: Path, workers: int) -> Iterator[tuple[int, Path]]:
     port = free_port()
     certs = workdir / "certs"
     exe = Path(sys.executable).with_name("preemptguard")
     argv = [str(exe), "serve", "--self-signed", str(certs), "--host", HOST, "--port", str(port),
-            "--metrics-port", "0", "--log-level", "error"]  # fmt: skip
+            "--metrics-port", "0", "--log-level", "error", "--workers", str(workers)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -165,6 +173,65 @@ def burst(
     return ordinary, answers, slowest[0]
 
 
+def medium_bursts(
+    port: int, certs: Path, seconds: float
+) -> tuple[list[float], Counter[str], Counter[str], float]:
+    """Bursts of ``MEDIUM_BURST`` slow ~480 KiB reviews, each on its own new connection and
+    sent at once, one burst after another, beside an ordinary review every 20 ms."""
+    # Encoded once: encoding it takes longer than the server takes to answer it.
+    template = encode(review_of(deep_and_dense(500 * 1024), uid="medium"))
+    answers: Counter[str] = Counter()
+    ordinary_answers: Counter[str] = Counter()
+    latencies: list[float] = []
+    slowest = [0.0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def one(body: bytes, start: threading.Barrier) -> None:
+        conn = connection(port, certs)
+        try:
+            conn.connect()
+            start.wait()
+            took, answer = post(conn, PATH, body)
+        except OSError as exc:
+            took, answer = CLIENT_TIMEOUT, f"error {type(exc).__name__}"
+        conn.close()
+        with lock:
+            answers[answer] += 1
+            slowest[0] = max(slowest[0], took)
+
+    def ordinary() -> None:
+        body = ORDINARY.read_bytes()
+        conn = connection(port, certs)
+        while not stop.is_set():
+            took, answer = post(conn, PATH, body)
+            with lock:
+                ordinary_answers[answer] += 1
+                latencies.append(took)
+            time.sleep(0.02)
+        conn.close()
+
+    prober = threading.Thread(target=ordinary)
+    prober.start()
+    end = time.monotonic() + seconds
+    number = 0
+    while time.monotonic() < end:
+        bodies = [
+            template.replace(b'"uid":"medium"', f'"uid":"medium-{number}-{i}"'.encode(), 1)
+            for i in range(MEDIUM_BURST)
+        ]
+        start = threading.Barrier(MEDIUM_BURST)
+        threads = [threading.Thread(target=one, args=(body, start)) for body in bodies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        number += 1
+    stop.set()
+    prober.join()
+    return latencies, answers, ordinary_answers, slowest[0]
+
+
 def summary(latencies: list[float]) -> str:
     lat = sorted(latencies)
     return f"p50 {ms(lat[len(lat) // 2])}  max {ms(lat[-1])}  n {len(lat)}"
@@ -173,8 +240,9 @@ def summary(latencies: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--burst-seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp)) as (port, certs):
+    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp), args.workers) as (port, certs):
         bodies = each_pod(port, certs)
         slowest_name = max(bodies, key=lambda n: min(
             post(connection(port, certs), PATH, bodies[n])[0] for _ in range(2)))  # fmt: skip
@@ -184,8 +252,20 @@ def main() -> None:
         ordinary, answers, worst = burst(port, certs, bodies[slowest_name], args.burst_seconds)
         print(f"... during 16 x {slowest_name:>16}: {summary(ordinary)}")
         print(f"    the large reviews: {dict(answers)}, slowest answer {ms(worst)}")
-        if worst >= 3.0 or any(a.startswith(("HTTP", "error")) for a in answers):
+        if worst >= DEADLINE or any(a.startswith(("HTTP", "error")) for a in answers):
             print("    FAIL: a large review was answered late or not with a review")
+        ordinary, answers, beside, worst = medium_bursts(port, certs, args.burst_seconds)
+        size = len(encode(review_of(deep_and_dense(500 * 1024)))) // 1024
+        print(f"... during bursts of {MEDIUM_BURST} x {size} KiB: {summary(ordinary)}")
+        print(f"    the ordinary reviews: {dict(beside)}")
+        print(
+            f"    the {size} KiB reviews: {dict(answers)}, slowest answer {ms(worst)}"
+            f" (deadline {ms(DEADLINE)})"
+        )
+        if worst >= DEADLINE or any(a.startswith(("HTTP", "error")) for a in answers):
+            print("    FAIL: a review was answered late or not with a review")
+        if set(beside) != {"allowed"}:
+            print("    FAIL: an ordinary review was not checked")
 
 
 if __name__ == "__main__":

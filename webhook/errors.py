@@ -29,6 +29,19 @@ class BadReview(PreemptguardError, ValueError):
     """The body is not an AdmissionReview this server can answer; ``str()`` is one line."""
 
 
+class UnreadableRequest(BadReview):
+    """An AdmissionReview whose request cannot be read in full, though its uid can: it is
+    answered with a refusal that echoes the uid, since the API server takes an HTTP error for
+    no answer at all and applies the webhook's failurePolicy."""
+
+    def __init__(self, message: str, api_version: str, uid: str) -> None:
+        super().__init__(message)
+        self.api_version, self.uid = api_version, uid
+
+    def __reduce__(self) -> tuple[type[UnreadableRequest], tuple[str, str, str]]:
+        return (type(self), (str(self), self.api_version, self.uid))
+
+
 class ClusterStateUnknown(PreemptguardError):
     """Something of the cluster a review needs cannot be known now; ``str()`` says why.
 

@@ -3,8 +3,9 @@
 Server (one review in, one answer out, plus follow-ups made from the answer):
 
 - a well-formed AdmissionReview (decided here, from the bytes) gets HTTP 200 and a review
-  echoing its ``uid`` and ``apiVersion`` with a boolean ``allowed``; anything else gets 400
-  with one line of text; never 500, never an exception;
+  echoing its ``uid`` and ``apiVersion`` with a boolean ``allowed``; one whose ``uid`` can be
+  echoed but whose request cannot be read gets HTTP 200 and a refusal (code 400) echoing it;
+  anything else gets 400 with one line of text; never 500, never an exception;
 - every message (``status.message``, each warning, a 400's line) is at most 1,024 characters;
 - a patch is base64 of a JSON Patch that applies to the object; the patched object sent to
   ``/mutate`` again gets no patch (idempotent) and sent to ``/validate`` is allowed (enforce
@@ -173,6 +174,16 @@ def expect(body: bytes, content_type: str) -> Expected:
         return _expect(doc)
     except _Bad as exc:
         return Expected(False, str(exc), doc)
+    except _Unreadable as exc:
+        return Expected(False, str(exc), doc, api_version=exc.api_version, uid=exc.uid)
+
+
+class _Unreadable(Exception):
+    """A review whose uid can be echoed, with a request that cannot be read."""
+
+    def __init__(self, why: str, api_version: str, uid: str) -> None:
+        super().__init__(why)
+        self.api_version, self.uid = api_version, uid
 
 
 def _expect(doc: Any) -> Expected:
@@ -186,6 +197,13 @@ def _expect(doc: Any) -> Expected:
     uid = _optional(request, "uid", "string", "request")
     if not uid:
         raise _Bad("request.uid is missing or empty")
+    try:
+        return _expect_request(doc, request, uid)
+    except _Bad as exc:
+        raise _Unreadable(str(exc), doc["apiVersion"], uid) from None
+
+
+def _expect_request(doc: dict[str, Any], request: dict[str, Any], uid: str) -> Expected:
     operation = request.get("operation")
     if operation not in OPERATIONS:
         raise _Bad(f"operation {_show(operation)}")
@@ -453,8 +471,11 @@ class ReviewOracle:
         reply = self.post(hook, body, content_type)
         verdict = Verdict("?")
         self._timely(verdict, hook, reply, body, content_type)
-        if not expected.good:
+        if not expected.good and not expected.uid:
             self._bad_request(verdict, reply, expected.why)
+            return verdict
+        if not expected.good:
+            self._unreadable(verdict, hook, reply, expected)
             return verdict
         review = self._review(verdict, hook, reply, expected)
         if review is None:
@@ -487,6 +508,15 @@ class ReviewOracle:
             )
             return
         self._text_line(verdict, reply)
+
+    def _unreadable(self, verdict: Verdict, hook: str, reply: Reply, expected: Expected) -> None:
+        """A review with a uid to echo and a request that cannot be read: refused."""
+        response = self._review(verdict, hook, reply, expected)
+        if response is None:
+            return
+        verdict.outcome = "unreadable-refused"
+        if response.get("allowed") is not False:
+            verdict.fail("unreadable-allowed", f"({expected.why}) answered allowed")
 
     def _text_line(self, verdict: Verdict, reply: Reply) -> None:
         try:

@@ -1,6 +1,9 @@
 """Run the real server stack with test-only engine behaviour (a slow or trivial evaluate).
 
 Usage: python harness.py '{"cert_file": ..., "key_file": ..., "port": ..., "slow_seconds": ...}'
+
+``slow_seconds`` makes the engine wait that long on every object; ``cpu_seconds`` (a pod name
+to seconds) makes it work that long on pods of that name, holding the CPU as a slow review does.
 """
 
 from __future__ import annotations
@@ -39,9 +42,15 @@ def main() -> None:
         run(socket_probe, store, settings, Hooks())
         return
     slow = float(options.get("slow_seconds", 0))
+    cpu_seconds = {str(name): float(s) for name, s in options.get("cpu_seconds", {}).items()}
 
     def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
         time.sleep(slow)
+        metadata = obj.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        busy_until = time.thread_time() + cpu_seconds.get(str(name), 0.0)
+        while time.thread_time() < busy_until:
+            pass
         return engine.evaluate(obj, policy, ctx)
 
     serve(
@@ -52,6 +61,7 @@ def main() -> None:
             server=ServerSettings(
                 host="127.0.0.1",
                 port=options["port"],
+                workers=options.get("workers", 0),
                 threads=options.get("threads", 16),
                 graceful_timeout=options.get("graceful_timeout", 30),
             ),

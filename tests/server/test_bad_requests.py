@@ -36,7 +36,7 @@ def replaced(path: tuple[str, ...], value: object) -> dict[str, Any]:
 CASES: list[tuple[str, bytes | dict[str, Any], str, str]] = [
     ("wrong content type", b"{}", "text/plain", "content type must be application/json"),
     ("not JSON", b"{not json", "application/json", "body is not JSON"),
-    ("empty body", b"", "application/json", "body is not JSON"),
+    ("empty body", b"", "application/json", "body is empty: send an AdmissionReview as JSON"),
     (
         "JSON array",
         b"[1, 2]",
@@ -60,31 +60,6 @@ CASES: list[tuple[str, bytes | dict[str, Any], str, str]] = [
     ("no request", without(("request",)), "application/json", "has no request"),
     ("no uid", without(("request", "uid")), "application/json", "request.uid is missing"),
     ("empty uid", replaced(("request", "uid"), ""), "application/json", "request.uid is missing"),
-    ("no object", without(("request", "object")), "application/json", "request.object is missing"),
-    (
-        "null object",
-        replaced(("request", "object"), None),
-        "application/json",
-        "request.object is missing",
-    ),
-    (
-        "object not a mapping",
-        replaced(("request", "object"), [1]),
-        "application/json",
-        "request.object is a JSON array, not an object",
-    ),
-    (
-        "unknown operation",
-        replaced(("request", "operation"), "PATCH"),
-        "application/json",
-        "request.operation 'PATCH' is not one of",
-    ),
-    (
-        "dryRun not a boolean",
-        replaced(("request", "dryRun"), "yes"),
-        "application/json",
-        "request.dryRun is a JSON string, not a boolean",
-    ),
 ]
 
 
@@ -110,6 +85,72 @@ def test_bad_request_gets_400_with_one_line(
     assert text.count("\n") == 1
     assert "Traceback" not in text
     assert healthy.status == 200
+
+
+# Reviews whose uid can be echoed but whose request cannot be read: refused with HTTP 200, since
+# the API server takes an HTTP error for no answer and applies the failurePolicy.
+UNREADABLE: list[tuple[str, dict[str, Any], str]] = [
+    ("no object", without(("request", "object")), "request.object is missing"),
+    ("null object", replaced(("request", "object"), None), "request.object is missing"),
+    (
+        "object not a mapping",
+        replaced(("request", "object"), [1]),
+        "request.object is a JSON array, not an object",
+    ),
+    (
+        "unknown operation",
+        replaced(("request", "operation"), "create"),
+        "request.operation 'create' is not one of",
+    ),
+    (
+        "dryRun not a boolean",
+        replaced(("request", "dryRun"), "true"),
+        "request.dryRun is a JSON string, not a boolean",
+    ),
+    (
+        "namespace a number",
+        replaced(("request", "namespace"), 7),
+        "request.namespace is a JSON number, not a string",
+    ),
+    (
+        "a username as the parser writes an unreadable value",
+        replaced(
+            ("request", "userInfo", "username"), "<not read: a number of more than 4300 digits>"
+        ),
+        "request.userInfo.username is a number of more than 4300 digits, not a string",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"), [case[1:] for case in UNREADABLE], ids=[case[0] for case in UNREADABLE]
+)
+@pytest.mark.parametrize("hook", ["mutate", "validate"])
+def test_a_review_that_cannot_be_read_is_refused_echoing_its_uid(
+    server: ServerProcess, hook: str, body: dict[str, Any], reason: str
+) -> None:
+    client = server.client()
+    reply = client.post(f"/{hook}", body, "application/json")
+    healthy = client.get("/healthz")
+    client.close()
+    assert reply.status == 200
+    answer = reply.json()
+    assert (answer["apiVersion"], answer["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    response = answer["response"]
+    assert response["uid"] == POD["request"]["uid"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert response["status"]["message"].startswith("preemptguard cannot read this review: ")
+    assert reason in response["status"]["message"]
+    assert healthy.status == 200
+
+
+def test_a_numeric_uid_is_named_as_such(server: ServerProcess) -> None:
+    client = server.client()
+    reply = client.post("/mutate", replaced(("request", "uid"), 12), "application/json")
+    client.close()
+    assert reply.status == 400
+    assert reply.body == b"request.uid is a JSON number, not a string\n"
 
 
 def test_body_over_the_limit_is_refused_before_it_is_read(server: ServerProcess) -> None:
@@ -216,8 +257,12 @@ def test_reasons_cut_echoed_values(
     client = server.client()
     reply = client.post("/mutate", body)
     client.close()
-    assert reply.status == 400
-    text = reply.body.decode()
+    if reply.status == 200:  # a review refused: the reason is its message
+        message = reply.json()["response"]["status"]["message"]
+        text = message.removeprefix("preemptguard cannot read this review: ") + "\n"
+    else:
+        assert reply.status == 400
+        text = reply.body.decode()
     assert reason in text, text[:200]
     assert "…" in text
     assert len(text) < ECHO_LIMIT, text[:200]

@@ -64,3 +64,28 @@ def test_stalled_requests_do_not_hold_the_threads(tmp_path: Path, tls_dir: Path)
         conn.close()
     assert server.terminate() == 0, server.logs()
     assert "Traceback" not in server.logs()
+
+
+def test_connections_that_send_nothing_hold_no_thread_and_are_closed(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
+    # More silent connections than threads: gthread's own wait would hold each thread 5 s.
+    silent = [
+        socket.create_connection(("127.0.0.1", server.port), timeout=CLIENT_TIMEOUT)
+        for _ in range(THREADS * 5)
+    ]
+    try:
+        # Answered at once: well inside the time one silent connection used to hold a thread.
+        probe = Client(server.port, server.ca, timeout=4.0)
+        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+        probe.close()
+        assert reply.status == 200, server.logs()
+        # Still silent after the handshake timeout: closed by the server.
+        for conn in silent:
+            assert conn.recv(1) == b""
+    finally:
+        for conn in silent:
+            conn.close()
+    assert server.terminate() == 0, server.logs()
+    assert "Traceback" not in server.logs()

@@ -36,7 +36,7 @@ class Outcome(enum.Enum):
     PATCHED = "patched"
     WARNED = "warned"  # would be refused in enforce mode; warn mode lets it through
     REFUSED = "refused"
-    BUSY = "busy"  # a large review refused because it could not be checked in time
+    BUSY = "busy"  # a review refused unread because it could not be checked in time
     ERROR = "error"
 
 

@@ -17,7 +17,7 @@ from webhook.engine.decision import AdmissionOperation, Obj, Requester
 from webhook.engine.findings import shorten
 from webhook.engine.podshape import describe
 from webhook.engine.workloads import display_name
-from webhook.errors import BadReview
+from webhook.errors import BadReview, UnreadableRequest
 from webhook.loading import jsondoc
 
 API_VERSION = "admission.k8s.io/v1"
@@ -99,6 +99,8 @@ _OPERATIONS = frozenset(get_args(AdmissionOperation))
 
 def loads(body: bytes) -> object:
     """The JSON document in ``body``, however deeply nested (see ``jsondoc``)."""
+    if not body.strip():
+        raise BadReview("body is empty: send an AdmissionReview as JSON")
     try:
         return cast(object, jsondoc.loads(body))
     except ValueError as exc:
@@ -124,10 +126,20 @@ def parse_review(doc: object) -> Request:
 
 def _request(api_version: str, raw: dict[str, Any]) -> Request:
     uid = raw.get("uid")
-    if not isinstance(uid, str) or not uid:
+    if uid is None or uid == "":
         raise BadReview("request.uid is missing: the answer must echo it")
+    if not isinstance(uid, str):
+        raise BadReview(f"request.uid is {describe(uid, json=True)}, not a string")
     if uid in jsondoc.UNREAD:
         raise BadReview(f"request.uid is {uid[1:-1].removeprefix('not read: ')}, not a string")
+    try:
+        return _identified(api_version, uid, raw)
+    except BadReview as exc:
+        raise UnreadableRequest(str(exc), api_version, uid) from None
+
+
+def _identified(api_version: str, uid: str, raw: dict[str, Any]) -> Request:
+    """The request of a review whose answer can echo ``uid``."""
     operation = raw.get("operation")
     if not isinstance(operation, str) or operation not in _OPERATIONS:
         raise BadReview(
@@ -193,6 +205,17 @@ def envelope(body: bytes) -> Envelope | None:
         found = _NAMESPACE.search(body, rest, operation.start())
         namespace = found.group(1).decode() if found else None
     return Envelope(match.group(1).decode(), match.group(2).decode(), namespace)
+
+
+def unreadable(problem: UnreadableRequest) -> AdmissionReview:
+    """Refuse a review whose request cannot be read in full, saying what is wrong with it."""
+    message = f"preemptguard cannot read this review: {problem}"
+    status: Status = {"code": 400, "reason": "BadRequest", "message": message}
+    return {
+        "apiVersion": problem.api_version,
+        "kind": REVIEW_KIND,
+        "response": {"uid": problem.uid, "allowed": False, "status": status},
+    }
 
 
 def refused_unread(api_version: str, uid: str, message: str, code: int) -> AdmissionReview:

@@ -29,7 +29,7 @@ from webhook.admission.review import ECHO_CHARS
 from webhook.engine.findings import shorten
 from webhook.engine.scheduling import PriorityLookup
 from webhook.server import offload
-from webhook.server.gate import LargeReviewGate
+from webhook.server.gate import LargeReviewGate, WorkLedger
 from webhook.server.handler import (
     TEXT,
     HookRequest,
@@ -49,6 +49,9 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 # Set in a request's WSGI environ when its connection must close after the answer (the WSGI
 # server in webhook.server.gunicorn honours it; an app cannot set Connection itself).
 CLOSE_CONNECTION = "preemptguard.close_connection"
+# Set in a request's WSGI environ by the WSGI server in webhook.server.gunicorn: when the
+# request arrived (``time.monotonic()``), which may be well before a thread picks it up.
+ARRIVED = "preemptguard.arrived"
 
 ReadinessCheck = Callable[[], str | None]
 StartResponse = Callable[..., Any]
@@ -74,6 +77,7 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     gate: LargeReviewGate | None = None,
     offloaded: offload.Offload | None = None,
+    ledger: WorkLedger | None = None,
 ) -> Flask:
     """The WSGI app; ``readiness`` returns why the server is not ready, or ``None``."""
     app = Flask("webhook")
@@ -86,6 +90,7 @@ def create_app(
         max_body_bytes,
         gate or LargeReviewGate(),
         offloaded or offload.Offload(),
+        ledger or WorkLedger(),
     )
     app.add_url_rule("/healthz", "healthz", lambda: _text(200, "ok"))
     app.add_url_rule("/readyz", "readyz", lambda: _ready(policy, readiness))
@@ -129,12 +134,14 @@ def hook_request(environ: dict[str, Any]) -> HookRequest:
     length = _content_length(environ)
     # PEP 3333: a body with neither a length nor an end the server marks is not read.
     unbounded = length is None and not environ.get("wsgi.input_terminated")
+    arrived = environ.get(ARRIVED)
     return HookRequest(
         path=environ.get("PATH_INFO", ""),
         timeout=timeout,
         mimetype=environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower(),
         content_length=length,
         body=io.BytesIO() if unbounded else environ["wsgi.input"],
+        arrived=arrived if isinstance(arrived, float) else None,
     )
 
 

@@ -15,6 +15,11 @@ by a request at once, as gthread already does for idle kept-alive connections.
 Once a thread reads a request, stock gthread makes the socket blocking with no timeout, so a
 client that sends part of a request and keeps the connection open holds that thread for good;
 enough of them stop the server. ``WebhookWorker`` gives each request a read deadline instead.
+
+The API server's clock for a review starts before any thread here reads it: a request may
+wait in gthread's queue for a free thread. ``WebhookWorker`` stamps each connection when it
+queues it for a thread, and the app gets that stamp (``ARRIVED`` in the environ), so that a
+review's deadline runs from its arrival and one that waited too long is refused at once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import queue
 import signal
 import ssl
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,7 +42,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
-from webhook.server.app import CLOSE_CONNECTION
+from webhook.server.app import ARRIVED, CLOSE_CONNECTION
 from webhook.server.logs import stdlib_config
 
 WSGIApp = Callable[..., Any]
@@ -55,6 +61,10 @@ class TLSSource(Protocol):
 # A client that opens a connection sends its ClientHello at once; one that has not finished
 # the handshake in this time is not the API server.
 HANDSHAKE_TIMEOUT = 10.0
+# How long a thread waits for a new connection's first bytes before handing it to the poller:
+# a thread held by a connection that sends nothing is one fewer for reviews (gthread's own
+# wait is 5 s), and a connection still silent after HANDSHAKE_TIMEOUT is closed there.
+FIRST_DATA_WAIT = 0.005
 # How long a thread waits for the first request after a handshake before handing the
 # connection to the poller; a client that will send one has usually sent it already.
 FIRST_REQUEST_WAIT = 0.005
@@ -163,9 +173,20 @@ class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
         return data
 
 
+class _Serving(threading.local):
+    """What the thread serving a request knows of it beyond the WSGI environ."""
+
+    # When gthread queued its connection for a thread (``time.monotonic()``).
+    arrived: float | None = None
+
+
+_serving = _Serving()
+
+
 class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
     """gthread whose threads never wait on an idle, freshly handshaken TLS connection, nor
-    longer than ``REQUEST_READ_TIMEOUT`` on a request that is not coming in."""
+    longer than ``REQUEST_READ_TIMEOUT`` on a request that is not coming in; and whose app
+    knows when each request arrived."""
 
     nr_conns: int
     pending_conns: deque[gthread.TConn]
@@ -176,10 +197,17 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         # without lingering: see finish_request().
         self._stalled: set[gthread.TConn] = set()
 
+    def enqueue_req(self, conn: gthread.TConn) -> None:
+        # gthread queues a connection for a thread when it accepts it (the API server dials one
+        # for a review and sends it at once) and when a kept-alive or parked one becomes
+        # readable: the request has arrived, and waits here for a thread from now on.
+        conn.arrived = time.monotonic()
+        super().enqueue_req(conn)
+
     def handle(self, conn: gthread.TConn) -> Any:
         if conn.initialized or not self.cfg.is_ssl:
             return self._serve(conn)
-        if not conn.data_ready and not conn.wait_for_data(gthread.DEFAULT_WORKER_DATA_TIMEOUT):
+        if not conn.data_ready and not conn.wait_for_data(FIRST_DATA_WAIT):
             return gthread._DEFER
         if not self._handshake(conn):
             return False
@@ -190,20 +218,22 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         return gthread._DEFER
 
     def _serve(self, conn: gthread.TConn) -> Any:
-        """Read and answer one request, starting its read deadline now.
+        """Read and answer one request, starting its read deadline now, and telling the app
+        when the request arrived (see ``stamped_with_arrival``).
 
-        A thread takes a connection only once it is readable, so the clock starts when the
-        request does (a kept-alive connection waits in the poller, not here). The parser of
-        a TLS connection is made in ``_handshake``; the server always serves TLS.
+        A thread takes a connection only once it is readable, so the read clock starts when
+        the request does (a kept-alive connection waits in the poller, not here). The parser
+        of a TLS connection is made in ``_handshake``; the server always serves TLS.
         """
+        _serving.arrived = getattr(conn, "arrived", None)
         unreader = getattr(conn.parser, "unreader", None)
-        if not isinstance(unreader, DeadlineUnreader):
-            return super().handle(conn)
-        unreader.deadline = time.monotonic() + REQUEST_READ_TIMEOUT
+        if isinstance(unreader, DeadlineUnreader):
+            unreader.deadline = time.monotonic() + REQUEST_READ_TIMEOUT
         try:
             return super().handle(conn)
         finally:
-            if unreader.expired:
+            _serving.arrived = None
+            if isinstance(unreader, DeadlineUnreader) and unreader.expired:
                 self._stalled.add(conn)
 
     def _handshake(self, conn: gthread.TConn) -> bool:
@@ -246,6 +276,26 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             for conn in self.pending_conns:
                 conn.timeout = min(conn.timeout, deadline)
         super().murder_pending()
+        self._close_silent()
+
+    def _close_silent(self) -> None:
+        """Close the parked connections that never began a handshake in HANDSHAKE_TIMEOUT.
+
+        gthread keeps a parked connection for the keep-alive time, which a client that
+        opens connections and sends nothing would fill with sockets for free; the API server
+        sends its ClientHello as soon as it connects."""
+        limit = time.monotonic() - HANDSHAKE_TIMEOUT
+        silent = [
+            c
+            for c in self.pending_conns
+            if not c.initialized and getattr(c, "arrived", limit) < limit
+        ]
+        for conn in silent:
+            self.pending_conns.remove(conn)
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
+            conn.close()
 
     def set_accept_enabled(self, enabled: bool) -> None:
         super().set_accept_enabled(enabled)
@@ -304,7 +354,18 @@ class _Application(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> WSGIApp:
-        return closing_when_asked(self.wsgi_app)
+        return closing_when_asked(stamped_with_arrival(self.wsgi_app))
+
+
+def stamped_with_arrival(app: WSGIApp) -> WSGIApp:
+    """``app``, told in the environ (``ARRIVED``) when ``WebhookWorker`` queued the request."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        if _serving.arrived is not None:
+            environ[ARRIVED] = _serving.arrived
+        return app(environ, start_response)
+
+    return wrapped
 
 
 def closing_when_asked(app: WSGIApp) -> WSGIApp:

@@ -4,6 +4,11 @@ Framework-free on purpose: every pod create passes here, and a web framework's r
 response objects, context stacks and routing cost more per review than the policy does. The
 WSGI side (``webhook.server.app``) turns the environ into a ``HookRequest`` and the ``Reply``
 into a response; everything else a review needs is here.
+
+Every review is answered before the API server gives up (see ``webhook.server.gate``): one up
+to ``LARGE_BODY_BYTES`` is checked in the calling thread once the ``WorkLedger`` has room for
+it before its deadline, a larger one in the offload process once the ``LargeReviewGate`` lets
+it through; one that cannot be is refused at once as busy, unread.
 """
 
 from __future__ import annotations
@@ -24,10 +29,17 @@ from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
 from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
 from webhook.engine.scheduling import PriorityLookup
-from webhook.errors import BadReview, ClusterStateUnknown, OffloadFailed
-from webhook.loading import jsondoc
+from webhook.errors import BadReview, ClusterStateUnknown, OffloadFailed, UnreadableRequest
+from webhook.loading import collector, jsondoc
 from webhook.server import offload
-from webhook.server.gate import LARGE_BODY_BYTES, Deadline, LargeReviewGate, timeout_seconds
+from webhook.server.gate import (
+    LARGE_BODY_BYTES,
+    Deadline,
+    LargeReviewGate,
+    Refusal,
+    WorkLedger,
+    timeout_seconds,
+)
 from webhook.server.logs import get_logger
 from webhook.server.metrics import Metrics
 
@@ -51,6 +63,9 @@ class HookRequest:
     # None when the body is chunked or its length is not given.
     content_length: int | None
     body: BinaryIO
+    # When the request arrived (``time.monotonic()``), as the WSGI server stamped it; None:
+    # now. The review's deadline, and the time its log line and metrics report, run from it.
+    arrived: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,27 +99,47 @@ class ReviewHandler:
         max_body_bytes: int,
         gate: LargeReviewGate,
         offloaded: offload.Offload,
+        ledger: WorkLedger,
     ) -> None:
         self.policy, self.namespaces = policy, namespaces
         self.priority_classes = priority_classes or priorities.offline()
         self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
-        self.gate, self.offload = gate, offloaded
+        self.gate, self.offload, self.ledger = gate, offloaded, ledger
 
     def handle(self, hook: Hook, http: HookRequest) -> Reply:
-        started = time.perf_counter()
-        deadline = Deadline.after(timeout_seconds(http.timeout), time.monotonic())
+        # Monotonic, as the arrival stamp: durations run from the request's arrival.
+        started = time.monotonic() if http.arrived is None else http.arrived
+        deadline = Deadline.after(timeout_seconds(http.timeout), started)
         try:
             body = self._body(http)
         except BadReview as exc:
             return self._bad_request(hook, http, exc)
         if len(body) <= LARGE_BODY_BYTES:
-            return self._review(hook, http, body, started)
+            return self._in_thread(hook, http, body, started, deadline)
         if not self.gate.enter(len(body), deadline):
-            return self._busy(hook, body, started)
+            return self._busy(hook, body, started, _LARGE_AT_ONCE)
         try:
             return self._large_review(hook, http, body, started, deadline)
         finally:
             self.gate.leave()
+
+    def _in_thread(
+        self, hook: Hook, http: HookRequest, body: bytes, started: float, deadline: Deadline
+    ) -> Reply:
+        """A review checked in this thread, if the ledger has room for it in time."""
+        work = self.ledger.enter(len(body), deadline)
+        if isinstance(work, Refusal):
+            return self._busy(hook, body, started, _REFUSALS[work])
+        try:
+            if not work.medium:
+                return self._review(hook, http, body, started)
+            # A review this large makes enough containers that the collections they set off
+            # cost more than reading it, the more so the more such reviews are alive at once
+            # (five times as long, 16 at once). They hold no cycles: freed when it is answered.
+            with collector.paused():
+                return self._review(hook, http, body, started)
+        finally:
+            self.ledger.leave(work)
 
     def _large_review(
         self, hook: Hook, http: HookRequest, body: bytes, started: float, deadline: Deadline
@@ -129,18 +164,18 @@ class ReviewHandler:
             )
         except OffloadFailed as exc:
             log.warning("large_review_failed", hook=hook.value, error=str(exc))
-            return self._busy(hook, body, started)
+            return self._busy(hook, body, started, _LARGE_AT_ONCE)
         except ClusterStateUnknown as exc:
-            seconds = time.perf_counter() - started
+            seconds = time.monotonic() - started
             self._count(hook, Outcome.ERROR, None, seconds)
             uid = env.uid if env is not None else "?"
             uid = shorten(uid, ECHO_CHARS)
             # A known failure: its reason, not a traceback.
             log.error("admission_failed", uid=uid, hook=hook.value, error=str(exc))  # noqa: TRY400
             return text_reply(500, f"cannot check the object of review {uid}: {exc}")
-        seconds = time.perf_counter() - started
+        seconds = time.monotonic() - started
         if isinstance(outcome, offload.BadBody):
-            return self._bad_request(hook, http, BadReview(outcome.reason))
+            return self._bad_request(hook, http, outcome.error)
         if isinstance(outcome, offload.Failed):
             return self._failed(hook, outcome.request, seconds, internal=outcome.error)
         if isinstance(outcome, offload.NeedsNamespace):  # looked up once already
@@ -156,28 +191,30 @@ class ReviewHandler:
         try:
             admission = self._admit(hook, req)
         except ClusterStateUnknown as exc:
-            return self._failed(hook, req, time.perf_counter() - started, str(exc))
+            return self._failed(hook, req, time.monotonic() - started, str(exc))
         except Exception:  # noqa: BLE001 - logged with its traceback by _failed()
-            return self._failed(hook, req, time.perf_counter() - started)
-        seconds = time.perf_counter() - started
+            return self._failed(hook, req, time.monotonic() - started)
+        seconds = time.monotonic() - started
         self._record(hook, req, admission, seconds)
         return json_reply(admission.review)
 
     def _bad_request(self, hook: Hook, http: HookRequest, exc: BadReview) -> Reply:
+        """HTTP 400 for a body that is not an AdmissionReview; a review whose uid can be
+        echoed is refused instead (HTTP 200), as an HTTP error would be no answer at all."""
         self.metrics.bad_requests.labels(hook=hook.value).inc()
-        log.warning(
-            "bad_request", hook=hook.value, reason=str(exc), path=shorten(http.path, ECHO_CHARS)
-        )
+        path = shorten(http.path, ECHO_CHARS)
+        if isinstance(exc, UnreadableRequest):
+            uid = shorten(exc.uid, ECHO_CHARS)
+            log.warning("bad_request", hook=hook.value, reason=str(exc), path=path, uid=uid)
+            return json_reply(review.unreadable(exc))
+        log.warning("bad_request", hook=hook.value, reason=str(exc), path=path)
         return text_reply(400, str(exc), close=True)
 
-    def _busy(self, hook: Hook, body: bytes, started: float) -> Reply:
-        """Refuse a large review that cannot be checked before the API server's deadline."""
-        message = (
-            f"preemptguard is checking other large objects and cannot check this one "
-            f"({len(body) // 1024:,} KiB) before the webhook times out: retry; objects this "
-            f"large are rare, and more than a few at once are refused"
-        )
-        seconds = time.perf_counter() - started
+    def _busy(self, hook: Hook, body: bytes, started: float, why: str) -> Reply:
+        """Refuse, unread, a review that cannot be checked before the API server's deadline;
+        ``why`` takes the size of the object in KiB."""
+        message = why.format(kib=f"{len(body) // 1024:,}")
+        seconds = time.monotonic() - started
         self._count(hook, Outcome.BUSY, None, seconds)
         env = review.envelope(body)
         if env is None:
@@ -278,6 +315,25 @@ class ReviewHandler:
 
     def _count(self, hook: Hook, outcome: Outcome, wclass: str | None, seconds: float) -> None:
         self.metrics.count_admission(hook.value, outcome.value, wclass or "none", seconds)
+
+
+# Why a review was refused as busy; ``{kib}`` is the size of the object.
+_LARGE_AT_ONCE = (
+    "preemptguard is checking other large objects and cannot check this one ({kib} KiB) "
+    "before the webhook times out: retry; objects this large are rare, and more than a few "
+    "at once are refused"
+)
+_REFUSALS = {
+    Refusal.LATE: (
+        "preemptguard is overloaded: this review ({kib} KiB) waited behind others until too "
+        "little time was left to check it before the webhook times out: retry"
+    ),
+    Refusal.BUSY: (
+        "preemptguard is checking other objects and cannot also check this one ({kib} KiB) "
+        "before the webhook times out: retry"
+    ),
+    Refusal.MEDIUM: _LARGE_AT_ONCE,
+}
 
 
 def _request_fields(hook: Hook, req: Request, seconds: float) -> dict[str, object]:

@@ -114,7 +114,7 @@ class Metrics(RegistryMetrics):
         )
         self.admission_seconds = Histogram(
             "preemptguard_admission_duration_seconds",
-            "Time from reading a review to having its answer, by hook.",
+            "Time from a review's arrival (queued for a thread) to its answer, by hook.",
             ["hook"],
             buckets=LATENCY_BUCKETS,
             registry=reg,

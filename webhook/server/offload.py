@@ -42,7 +42,10 @@ class Answered:
 
 @dataclass(frozen=True)
 class BadBody:
-    reason: str
+    """The review could not be read: ``error`` says why (an ``UnreadableRequest`` when its uid
+    can be echoed)."""
+
+    error: BadReview
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def _answer(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
     try:
         request = parse_review(loads(body))
     except BadReview as exc:
-        return BadBody(str(exc))
+        return BadBody(exc)
     stripped = _stripped(request)
 
     def lookup(namespace: str) -> NamespaceMeta:
