@@ -63,6 +63,7 @@ def main() -> None:
                 port=options["port"],
                 workers=options.get("workers", 0),
                 threads=options.get("threads", 16),
+                max_connections=options.get("max_connections", 1000),
                 graceful_timeout=options.get("graceful_timeout", 30),
             ),
             metrics_port=options.get("metrics_port", 0),

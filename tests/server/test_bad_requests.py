@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import re
 import socket
 import ssl
 from typing import Any
@@ -297,3 +299,24 @@ def test_wrong_route_or_method(server: ServerProcess, method: str, path: str, st
     client.close()
     assert resp.status == status
     assert body.count(b"\n") == 1
+
+
+def _post(body: bytes) -> bytes:
+    head = (
+        "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def test_a_bad_request_read_to_its_end_leaves_the_connection_serving(
+    server: ServerProcess,
+) -> None:
+    """Pipelined: a review, a body that is not JSON, a review; the last one is answered too,
+    then the connection closes when the client is done (``Connection: close``)."""
+    good = json.dumps(POD).encode()
+    last = _post(good).replace(b"Host: 127.0.0.1\r\n", b"Host: 127.0.0.1\r\nConnection: close\r\n")
+    answer = raw_exchange(server, _post(good) + _post(b"{not json") + last)
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
+    assert statuses == [b"200", b"400", b"200"], answer[:500]
+    assert answer.count(b'"allowed":true') == 2

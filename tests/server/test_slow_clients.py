@@ -87,5 +87,32 @@ def test_connections_that_send_nothing_hold_no_thread_and_are_closed(
     finally:
         for conn in silent:
             conn.close()
-    assert server.terminate() == 0, server.logs()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
+    assert "Traceback" not in server.logs()
+
+
+def test_idle_connections_at_the_limit_make_room_for_new_ones(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    limit = 12
+    server = harness_server(
+        tls_dir, tmp_path / "server.log", threads=THREADS, workers=1, max_connections=limit
+    )
+    # Twice the limit of handshaken connections that never send a request: kept for the
+    # keep-alive time, they would fill the worker and keep every new connection out.
+    idle = [stalled(server.port, server.ca, b"") for _ in range(limit * 2)]
+    try:
+        for _ in range(3):
+            probe = Client(server.port, server.ca, timeout=10.0)
+            reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+            probe.close()
+            assert reply.status == 200, server.logs()
+        # The oldest idle connections were closed to make room.
+        assert read_all(idle[0]) == b""
+    finally:
+        for conn in idle:
+            conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
     assert "Traceback" not in server.logs()

@@ -89,6 +89,9 @@ class ServerSettings:
     graceful_timeout: int = 30
     backlog: int = 2048
     log_level: str = "info"
+    # Connections one worker process keeps open; at the limit it closes idle ones to accept
+    # more (see WebhookWorker.set_accept_enabled).
+    max_connections: int = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +192,9 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
     knows when each request arrived."""
 
     nr_conns: int
+    worker_connections: int
     pending_conns: deque[gthread.TConn]
+    keepalived_conns: deque[gthread.TConn]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -298,6 +303,8 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             conn.close()
 
     def set_accept_enabled(self, enabled: bool) -> None:
+        if not enabled and self.alive and self._room_made():
+            return  # still accepting: idle connections were closed instead
         super().set_accept_enabled(enabled)
         if not enabled and not self.alive:
             # Stopping: the arbiter has closed its copies of the listening sockets, so
@@ -307,6 +314,29 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             # already accepted are still served.
             for listener in self.sockets:
                 listener.close()
+
+    def _room_made(self) -> bool:
+        """At the connection limit, close idle connections, those that never sent a request
+        first and the longest idle after, until there is room for a new one.
+
+        gthread stops accepting at the limit, so connections opened and left idle (for free:
+        an idle TLS connection is kept for the keep-alive time) would keep the API server's
+        new connections out, each a review timed out."""
+        idle = [
+            *(c for c in self.pending_conns if not c.initialized),
+            *(c for c in self.pending_conns if c.initialized),
+            *self.keepalived_conns,
+        ]
+        for conn in idle:
+            if self.nr_conns < self.worker_connections:
+                break
+            held = self.pending_conns if conn in self.pending_conns else self.keepalived_conns
+            held.remove(conn)
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
+            conn.close()
+        return self.nr_conns < self.worker_connections
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.alive:
@@ -415,6 +445,7 @@ def gunicorn_options(settings: ServerSettings, tls: TLSSource, hooks: Hooks) -> 
         "workers": settings.workers or available_cpus(),
         "worker_class": WebhookWorker,
         "threads": settings.threads,
+        "worker_connections": settings.max_connections,
         "keepalive": settings.keepalive,
         "graceful_timeout": settings.graceful_timeout,
         "backlog": settings.backlog,

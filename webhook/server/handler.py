@@ -113,7 +113,7 @@ class ReviewHandler:
         try:
             body = self._body(http)
         except BadReview as exc:
-            return self._bad_request(hook, http, exc)
+            return self._bad_request(hook, http, exc, body_read=False)
         if len(body) <= LARGE_BODY_BYTES:
             return self._in_thread(hook, http, body, started, deadline)
         if not self.gate.enter(len(body), deadline):
@@ -175,7 +175,7 @@ class ReviewHandler:
             return text_reply(500, f"cannot check the object of review {uid}: {exc}")
         seconds = time.monotonic() - started
         if isinstance(outcome, offload.BadBody):
-            return self._bad_request(hook, http, outcome.error)
+            return self._bad_request(hook, http, outcome.error, body_read=True)
         if isinstance(outcome, offload.Failed):
             return self._failed(hook, outcome.request, seconds, internal=outcome.error)
         if isinstance(outcome, offload.NeedsNamespace):  # looked up once already
@@ -187,7 +187,7 @@ class ReviewHandler:
         try:
             req = parse_review(loads(body))
         except BadReview as exc:
-            return self._bad_request(hook, http, exc)
+            return self._bad_request(hook, http, exc, body_read=True)
         try:
             admission = self._admit(hook, req)
         except ClusterStateUnknown as exc:
@@ -198,9 +198,13 @@ class ReviewHandler:
         self._record(hook, req, admission, seconds)
         return json_reply(admission.review)
 
-    def _bad_request(self, hook: Hook, http: HookRequest, exc: BadReview) -> Reply:
+    def _bad_request(
+        self, hook: Hook, http: HookRequest, exc: BadReview, *, body_read: bool
+    ) -> Reply:
         """HTTP 400 for a body that is not an AdmissionReview; a review whose uid can be
-        echoed is refused instead (HTTP 200), as an HTTP error would be no answer at all."""
+        echoed is refused instead (HTTP 200), as an HTTP error would be no answer at all.
+        The connection is closed only when the body was not read to its end: the next
+        request on it would start in the middle of this one."""
         self.metrics.bad_requests.labels(hook=hook.value).inc()
         path = shorten(http.path, ECHO_CHARS)
         if isinstance(exc, UnreadableRequest):
@@ -208,7 +212,7 @@ class ReviewHandler:
             log.warning("bad_request", hook=hook.value, reason=str(exc), path=path, uid=uid)
             return json_reply(review.unreadable(exc))
         log.warning("bad_request", hook=hook.value, reason=str(exc), path=path)
-        return text_reply(400, str(exc), close=True)
+        return text_reply(400, str(exc), close=not body_read)
 
     def _busy(self, hook: Hook, body: bytes, started: float, why: str) -> Reply:
         """Refuse, unread, a review that cannot be checked before the API server's deadline;
