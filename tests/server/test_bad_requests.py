@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
 import socket
@@ -320,3 +321,22 @@ def test_a_bad_request_read_to_its_end_leaves_the_connection_serving(
     statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
     assert statuses == [b"200", b"400", b"200"], answer[:500]
     assert answer.count(b'"allowed":true') == 2
+
+
+def test_a_compressed_body_is_refused_saying_so(server: ServerProcess) -> None:
+    body = gzip.compress(json.dumps(POD).encode())
+    client = server.client()
+    client.conn.request(
+        "POST",
+        "/mutate",
+        body,
+        {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    resp = client.conn.getresponse()
+    text = resp.read()
+    client.close()
+    assert resp.status == 400
+    assert text == (
+        b"Content-Encoding 'gzip' is not read here: send the review uncompressed, "
+        b"as the API server does\n"
+    )

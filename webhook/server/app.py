@@ -142,6 +142,7 @@ def hook_request(environ: dict[str, Any]) -> HookRequest:
         content_length=length,
         body=io.BytesIO() if unbounded else environ["wsgi.input"],
         arrived=arrived if isinstance(arrived, float) else None,
+        encoding=environ.get("HTTP_CONTENT_ENCODING", "").strip().lower(),
     )
 
 

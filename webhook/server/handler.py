@@ -66,6 +66,8 @@ class HookRequest:
     # When the request arrived (``time.monotonic()``), as the WSGI server stamped it; None:
     # now. The review's deadline, and the time its log line and metrics report, run from it.
     arrived: float | None = None
+    # The Content-Encoding header in lower case; "" when there is none.
+    encoding: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +241,11 @@ class ReviewHandler:
     def _body(self, http: HookRequest) -> bytes:
         if http.mimetype != JSON:
             raise BadReview(f"content type must be {JSON}, not {http.mimetype or 'none'!r}")
+        if http.encoding not in ("", "identity"):
+            raise BadReview(
+                f"Content-Encoding {shorten(http.encoding, ECHO_CHARS)!r} is not read here: "
+                "send the review uncompressed, as the API server does"
+            )
         length = http.content_length
         if length is not None and length > self.max_body_bytes:
             raise BadReview(f"body of {length} bytes is over the {self._limit()} limit")
