@@ -159,7 +159,9 @@ def _pod(pod: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
         message = "Pod has no spec mapping: it cannot be placed; add it"
         return base.invalid(policy, finding(Code.NO_POD_SPEC, message, "spec"))
     owner = exempt.owner.kind if exempt.owner is not None else None
-    facts = facts_of(pod, ctx, base.namespace, owner_kind=owner, origins=policy)
+    facts = facts_of(
+        pod, ctx, base.namespace, owner_kind=owner, origins=origins.of_pod(pod, policy)
+    )
     judged = judge_template(
         pod,
         facts,

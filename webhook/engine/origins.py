@@ -12,12 +12,12 @@ source, and the strictest source wins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
-from webhook.engine.decision import Classification
+from webhook.engine.decision import Classification, Obj
 from webhook.engine.policy import PodTemplate, Policy, TemplateSpec
+from webhook.engine.workloads import mapping_at
 
 TEMPLATE_DEFAULT = "template default"
 
@@ -43,13 +43,14 @@ def of_template(spec: TemplateSpec) -> Origins:
     return Origins(roles, (default,))
 
 
-def of_pod(labels: Mapping[str, str], policy: Policy) -> Origins:
+def of_pod(pod: Obj, policy: Policy) -> Origins:
     """A pod: the templates whose pods carry its labels."""
+    labels = mapping_at(pod, "metadata", "labels")
     index = policy.pod_templates_by_key
     if index.keys().isdisjoint(labels):
         return NONE  # the common case, decided without a selector
     candidates = {t for key in labels for t in index.get(key, ())}
-    found = sorted((t for t in candidates if t.selector.matches(labels)), key=_in_policy_order)
+    found = [t for t in policy.pod_templates if t in candidates and t.selector.matches(labels)]
     if not found:
         return NONE
     defaults: dict[str, Classification] = {}
@@ -57,10 +58,6 @@ def of_pod(labels: Mapping[str, str], policy: Policy) -> Origins:
         if t.spec.default_class is not None and t.spec.default_class not in defaults:
             defaults[t.spec.default_class] = _pod_default(t)
     return Origins(frozenset(t.spec.role for t in found if t.spec.role), tuple(defaults.values()))
-
-
-def _in_policy_order(t: PodTemplate) -> int:
-    return t.order
 
 
 # Templates of the policies loaded lately: the same few for every review.

@@ -197,13 +197,11 @@ class WorkloadKind:
 # Compared and hashed by identity: one per template of a loaded policy.
 @dataclass(frozen=True, slots=True, eq=False)
 class PodTemplate:
-    """A template whose pods are known by their labels, with its kind; ``order`` is its place
-    among the policy's."""
+    """A template whose pods are known by their labels, with its kind."""
 
     kind: WorkloadKind
     spec: TemplateSpec
     selector: PodSelector
-    order: int
 
 
 def dotted(path: tuple[str | int, ...]) -> str:
@@ -269,14 +267,13 @@ class Policy:
     )
 
     def __post_init__(self) -> None:
-        specs = [
-            (kind, spec, spec.pods)
+        found = tuple(
+            PodTemplate(kind, spec, spec.pods)
             for kind in self.workload_kinds.values()
             if kind.ignore is None
             for spec in kind.templates
             if spec.pods is not None
-        ]
-        found = tuple(PodTemplate(*item, order=i) for i, item in enumerate(specs))
+        )
         by_key: dict[str, tuple[PodTemplate, ...]] = {}
         for t in found:
             key = t.selector.required_keys[0]

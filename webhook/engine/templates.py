@@ -15,7 +15,7 @@ from webhook.engine.constraints import NodeConstraints
 from webhook.engine.decision import Classification, Context, Obj
 from webhook.engine.findings import Code, Finding, finding
 from webhook.engine.grace import GraceBudget, grace_budget
-from webhook.engine.origins import NONE, Origins, of_pod
+from webhook.engine.origins import NONE, Origins
 from webhook.engine.placement import PREFERRED, REQUIRED, check, place
 from webhook.engine.podshape import shape_problem
 from webhook.engine.policy import Policy, WorkloadClass
@@ -110,20 +110,19 @@ def facts_of(
     namespace: str | None,
     *,
     owner_kind: str | None,
-    origins: Origins | Policy = NONE,
+    origins: Origins = NONE,
 ) -> PodFacts:
-    """What classifies ``template``; ``origins`` are its template's, or for a pod the policy
-    that knows which templates its labels come from."""
+    """What classifies ``template``; ``origins``: the roles and defaults of the templates it
+    is, or comes from (see ``webhook.engine.origins``)."""
     # Classification runs after the shape check, which makes sure these hold strings.
     meta = mapping_at(template, "metadata")
-    labels = mapping_at(meta, "labels")
     return PodFacts(
         annotations=mapping_at(meta, "annotations"),
-        labels=labels,
+        labels=mapping_at(meta, "labels"),
         namespace=namespace,
         owner_kind=owner_kind,
         namespace_annotations=ctx.namespace_annotations,
-        origins=origins if isinstance(origins, Origins) else of_pod(labels, origins),
+        origins=origins,
     )
 
 

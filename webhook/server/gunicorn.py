@@ -296,11 +296,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             if not c.initialized and getattr(c, "arrived", limit) < limit
         ]
         for conn in silent:
-            self.pending_conns.remove(conn)
-            with contextlib.suppress(OSError, KeyError, ValueError):
-                self.poller.unregister(conn.sock)
-            self.nr_conns -= 1
-            conn.close()
+            self._drop_idle(conn, self.pending_conns)
 
     def set_accept_enabled(self, enabled: bool) -> None:
         if not enabled and self.alive and self._room_made():
@@ -322,21 +318,25 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         gthread stops accepting at the limit, so connections opened and left idle (for free:
         an idle TLS connection is kept for the keep-alive time) would keep the API server's
         new connections out, each a review timed out."""
+        pending, kept = self.pending_conns, self.keepalived_conns
         idle = [
-            *(c for c in self.pending_conns if not c.initialized),
-            *(c for c in self.pending_conns if c.initialized),
-            *self.keepalived_conns,
+            *((c, pending) for c in pending if not c.initialized),
+            *((c, pending) for c in pending if c.initialized),
+            *((c, kept) for c in kept),
         ]
-        for conn in idle:
+        for conn, held in idle:
             if self.nr_conns < self.worker_connections:
                 break
-            held = self.pending_conns if conn in self.pending_conns else self.keepalived_conns
-            held.remove(conn)
-            with contextlib.suppress(OSError, KeyError, ValueError):
-                self.poller.unregister(conn.sock)
-            self.nr_conns -= 1
-            conn.close()
+            self._drop_idle(conn, held)
         return self.nr_conns < self.worker_connections
+
+    def _drop_idle(self, conn: gthread.TConn, held: deque[gthread.TConn]) -> None:
+        """Close an idle connection parked in the poller, taken out of ``held``."""
+        held.remove(conn)
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        conn.close()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.alive:
