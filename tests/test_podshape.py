@@ -11,6 +11,7 @@ from webhook.engine import podshape
 from webhook.engine.findings import Code
 from webhook.engine.placement import REQUIRED
 from webhook.engine.podshape import POD_TEMPLATE, STRINGS, shape_problem
+from webhook.loading import jsondoc
 
 # Values of every JSON type, and of the types YAML adds (floats, booleans).
 ODD_VALUES: list[Any] = [None, True, 0, 1.5, "x", [], {}, ["x"], {"k": "v"}, [None], {"k": 1}]
@@ -69,3 +70,15 @@ def test_a_wrong_type_deep_in_a_term_is_named_with_its_path() -> None:
     )
     assert problem.path == path
     assert problem.message.startswith(f"spec.template.{path} must be a string, not the number 1")
+
+
+def test_a_number_too_long_to_read_is_named_as_such() -> None:
+    """Not as the marker string the decoder leaves in its place (a value too deep to read is
+    cut far below any field the engine reads, so only a number can stand in one)."""
+    body = b'{"spec": {"containers": [], "terminationGracePeriodSeconds": ' + b"9" * 5_000 + b"}}"
+    problem = shape_problem(jsondoc.loads(body), "")
+    assert problem is not None
+    assert problem.message.startswith(
+        "spec.terminationGracePeriodSeconds must be a whole number, "
+        "not a number of more than 4300 digits;"
+    ), problem.message

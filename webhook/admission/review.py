@@ -128,10 +128,8 @@ def _request(api_version: str, raw: dict[str, Any]) -> Request:
     uid = raw.get("uid")
     if uid is None or uid == "":
         raise BadReview("request.uid is missing: the answer must echo it")
-    if not isinstance(uid, str):
+    if not isinstance(uid, str) or uid in jsondoc.UNREAD:
         raise BadReview(f"request.uid is {describe(uid, json=True)}, not a string")
-    if uid in jsondoc.UNREAD:
-        raise BadReview(f"request.uid is {uid[1:-1].removeprefix('not read: ')}, not a string")
     try:
         return _identified(api_version, uid, raw)
     except BadReview as exc:
@@ -333,7 +331,7 @@ def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
     if value is None:
         return ""
     if value in jsondoc.UNREAD:
-        raise BadReview(f"{where}.{key} is {value[1:-1].removeprefix('not read: ')}, not a string")
+        raise BadReview(f"{where}.{key} is {describe(value)}, not a string")
     return value
 
 
@@ -345,8 +343,7 @@ def _texts(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
         raise BadReview(f"{where}.{key} is not a list of strings")
     unread = next((v for v in value if v in jsondoc.UNREAD), None)
     if unread is not None:
-        what = unread[1:-1].removeprefix("not read: ")
-        raise BadReview(f"{where}.{key} holds {what}, not only strings")
+        raise BadReview(f"{where}.{key} holds {describe(unread)}, not only strings")
     return tuple(value)
 
 

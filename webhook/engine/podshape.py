@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.engine.decision import Obj
 from webhook.engine.findings import Code, Finding, finding
+from webhook.engine.unread import held
 
 # A shape is a type, a dict of field -> shape (a mapping, fields not named are not checked),
 # a one-item list [shape] (a list of such items), or STRINGS (a mapping of strings to strings).
@@ -170,7 +171,11 @@ _JSON_NAMES = {dict: "object", list: "array", str: "string", bool: "boolean", ty
 
 def describe(value: Any, *, json: bool = False) -> str:
     """A value's type as a user reads it: ``a mapping``, ``the number 120``, ``null``; with
-    ``json``, as JSON names it: ``a JSON array``."""
+    ``json``, as JSON names it: ``a JSON array``. A value the decoder could not keep is named
+    for what the request held there."""
+    unread = held(value)
+    if unread is not None:
+        return unread
     if json:
         return f"a JSON {_JSON_NAMES.get(type(value), 'number')}"
     if value is None:

@@ -18,14 +18,18 @@ from typing import Any
 
 import orjson
 
-# Far deeper than any field the engine reads (a pod template inside a custom resource is some
-# 20 levels down), shallow enough that whatever walks the result stays clear of Python's limit.
-MAX_DEPTH = 200
-UNREAD_DEEP = f"<not read: nested deeper than {MAX_DEPTH} levels>"
-UNREAD_NUMBER = "<not read: a number of more than 4300 digits>"
-UNREAD = frozenset({UNREAD_DEEP, UNREAD_NUMBER})
-# Python's own limit on converting digit strings (sys.get_int_max_str_digits()).
-MAX_INT_DIGITS = 4300
+from webhook.engine.unread import MAX_DEPTH, MAX_INT_DIGITS, UNREAD, UNREAD_DEEP, UNREAD_NUMBER
+
+__all__ = [
+    "MAX_DEPTH",
+    "UNREAD",
+    "UNREAD_DEEP",
+    "UNREAD_NUMBER",
+    "cut_deep_values",
+    "dumps",
+    "dumps_indented",
+    "loads",
+]
 
 PairsHook = Callable[[list[tuple[str, Any]]], Any]
 
