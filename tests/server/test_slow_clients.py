@@ -1,13 +1,19 @@
-"""Clients that start a request and never finish it must not hold the server's threads.
+"""Clients that start a handshake or a request and never finish it must not hold the server's
+threads, and their connections are closed once past their deadline.
 
-Every request gets a read deadline (``serving.REQUEST_READ_TIMEOUT``); these tests assert that
-the server answers again and closes the stalled connections, never how fast.
+A thread reads only the bytes that have arrived and parks the connection until more come, so a
+review is answered while any number of such clients wait; past its deadline
+(``HANDSHAKE_TIMEOUT``, ``REQUEST_READ_TIMEOUT``) each is closed, a request begun with a 408
+saying why. These tests assert what is answered and closed, never how fast.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import ssl
+import time
 from pathlib import Path
 
 from tests.server.helpers import Client, client_context, fixture, harness_server
@@ -27,7 +33,19 @@ def stalled(port: int, ca: Path, data: bytes) -> ssl.SSLSocket:
     return conn
 
 
-def read_all(conn: ssl.SSLSocket) -> bytes:
+def half_a_client_hello(port: int) -> socket.socket:
+    """A connection that sent the first half of a TLS ClientHello, left open."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="x")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.do_handshake()
+    hello = outgoing.read()
+    conn = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
+    conn.sendall(hello[: len(hello) // 2])
+    return conn
+
+
+def read_all(conn: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection."""
     data = b""
     while chunk := conn.recv(65536):
@@ -35,34 +53,53 @@ def read_all(conn: ssl.SSLSocket) -> bytes:
     return data
 
 
-def test_stalled_requests_do_not_hold_the_threads(tmp_path: Path, tls_dir: Path) -> None:
+def still_open(conn: socket.socket) -> bool:
+    """Whether the server has neither sent anything on ``conn`` nor closed it."""
+    conn.setblocking(False)
+    try:
+        conn.recv(1)
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return True
+    finally:
+        conn.settimeout(CLIENT_TIMEOUT)
+    return False
+
+
+def test_stalled_handshakes_and_requests_hold_no_thread(tmp_path: Path, tls_dir: Path) -> None:
     server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
     partial_headers = b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     partial_body = (
         b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b'Content-Length: 1000\r\n\r\n{"apiVersion"'
     )
-    held = [stalled(server.port, server.ca, partial_headers) for _ in range(THREADS // 2)]
-    held += [stalled(server.port, server.ca, partial_body) for _ in range(THREADS // 2)]
+    # Four times as many of each as there are threads: each would hold a thread until its
+    # deadline if a thread waited for its bytes.
+    hellos = [half_a_client_hello(server.port) for _ in range(THREADS * 4)]
+    requests = [stalled(server.port, server.ca, partial_headers) for _ in range(THREADS * 4)]
+    requests += [stalled(server.port, server.ca, partial_body) for _ in range(THREADS * 4)]
+    try:
+        probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
+        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+        probe.close()
+        assert reply.status == 200, server.logs()
+        # Answered while every stalled connection was still open: none of them held a thread
+        # (had they, the review would have waited for one to be given up on and closed).
+        assert all(still_open(conn) for conn in hellos + requests)
 
-    # Every thread is now reading a request that will never be complete; this review is
-    # answered once they give up on them (without a deadline, never).
-    probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
-    reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-    assert reply.status == 200, server.logs()
-    probe.close()
-
-    # The stalled connections were closed by the server, a partial body with a reason why.
-    for conn in held[: THREADS // 2]:
-        assert read_all(conn) == b""
-    for conn in held[THREADS // 2 :]:
-        answer = read_all(conn)
-        assert answer.startswith(b"HTTP/1.1 400 "), answer
-        reason = f"body could not be read: the request was not complete within {DEADLINE} s"
-        assert answer.endswith(f"\r\n\r\n{reason}\n".encode()), answer
-    for conn in held:
-        conn.close()
-    assert server.terminate() == 0, server.logs()
+        # Past their deadlines the server closes them, a request begun with a 408 and why.
+        for hello in hellos:
+            assert read_all(hello) == b""
+        for conn in requests:
+            answer = read_all(conn)
+            assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+            assert answer.endswith(
+                f"\r\n\r\nthe request was not complete within {DEADLINE} s\n".encode()
+            ), answer
+    finally:
+        for opened in [*hellos, *requests]:
+            opened.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
     assert "Traceback" not in server.logs()
 
 
@@ -116,3 +153,79 @@ def test_idle_connections_at_the_limit_make_room_for_new_ones(
         stopped = server.terminate()
     assert stopped == 0, server.logs()
     assert "Traceback" not in server.logs()
+
+
+def final_response(conn: socket.socket) -> tuple[bytes, bytes]:
+    """The head and body of the next final response on ``conn`` (by its Content-Length),
+    past any interim (1xx) ones: a client reads any number of them before the final one
+    (RFC 9110 section 15.2)."""
+    data = b""
+    while True:
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, data = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 1"):
+            break
+    length = next(
+        int(line.partition(b":")[2])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(data) < length:
+        data += conn.recv(65536)
+    return head, data
+
+
+def review_request(extra_headers: bytes = b"") -> tuple[bytes, bytes]:
+    body = json.dumps(fixture("create-pod-sweep-mutate")).encode()
+    head = (
+        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n%s\r\n" % (len(body), extra_headers)
+    )
+    return head, body
+
+
+def test_reviews_sent_in_small_pieces_are_answered(tmp_path: Path, tls_dir: Path) -> None:
+    """More connections than threads, each sending its review a few bytes at a time: each
+    request is gathered over many turns and answered whole."""
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
+    head, body = review_request()
+    wire = head + body
+    conns = [stalled(server.port, server.ca, b"") for _ in range(THREADS * 3)]
+    try:
+        for at in range(0, len(wire), 211):
+            for conn in conns:
+                conn.sendall(wire[at : at + 211])
+            time.sleep(0.001)
+        for conn in conns:
+            answer_head, answer = final_response(conn)
+            assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
+            response = json.loads(answer)["response"]
+            assert response["allowed"] is True
+            assert response["patchType"] == "JSONPatch"
+    finally:
+        for conn in conns:
+            conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
+
+
+def test_a_client_that_expects_100_continue_is_told_to_send_its_body(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
+    head, body = review_request(b"Expect: 100-continue\r\n")
+    conn = stalled(server.port, server.ca, head)
+    try:
+        interim = b""
+        while not interim.endswith(b"\r\n\r\n"):
+            interim += conn.recv(1)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        conn.sendall(body)
+        answer_head, answer = final_response(conn)
+        assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
+        assert json.loads(answer)["response"]["allowed"] is True
+    finally:
+        conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()

@@ -13,8 +13,14 @@ threads for good). ``WebhookWorker`` gives the thread back when a handshake is n
 by a request at once, as gthread already does for idle kept-alive connections.
 
 Once a thread reads a request, stock gthread makes the socket blocking with no timeout, so a
-client that sends part of a request and keeps the connection open holds that thread for good;
-enough of them stop the server. ``WebhookWorker`` gives each request a read deadline instead.
+client that sends part of a ClientHello or of a request and keeps the connection open holds
+that thread for good; enough of them stop the server, and the API server then lets pods
+through unchecked (failurePolicy Ignore). ``WebhookWorker`` reads neither in a blocking way:
+a thread takes a connection when bytes have arrived, advances the handshake or gathers the
+request's bytes as far as they go (``intake``), and parks the connection in the poller until
+more come. A handshake must be done within ``HANDSHAKE_TIMEOUT`` of the connection's opening
+and a request be all in within ``REQUEST_READ_TIMEOUT`` of its first bytes, or the connection
+is closed.
 
 The API server's clock for a review starts before any thread here reads it: a request may
 wait in gthread's queue for a free thread. ``WebhookWorker`` stamps each connection when it
@@ -42,7 +48,8 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
-from webhook.server.app import ARRIVED, CLOSE_CONNECTION
+from webhook.server.app import ARRIVED, CLOSE_CONNECTION, MAX_BODY_BYTES
+from webhook.server.intake import Next, next_step
 from webhook.server.logs import stdlib_config
 
 WSGIApp = Callable[..., Any]
@@ -68,12 +75,21 @@ FIRST_DATA_WAIT = 0.005
 # How long a thread waits for the first request after a handshake before handing the
 # connection to the poller; a client that will send one has usually sent it already.
 FIRST_REQUEST_WAIT = 0.005
-# How long a thread waits for one request, headers and body together, once it has started
-# reading it. The API server sends a review (3 MiB at most) at once; a client still sending
-# after this is stalled or hostile, and would otherwise hold a pool thread for as long as it
-# keeps the connection open. It is one deadline for the whole request, not one per read, so
-# a client trickling a byte at a time cannot stretch it.
+# How long a request may take to come in, headers and body together, from its first bytes.
+# The API server sends a review (3 MiB at most) at once; a client still sending after this is
+# stalled or hostile. It is one deadline for the whole request, not one per read, so a client
+# trickling a byte at a time cannot stretch it.
 REQUEST_READ_TIMEOUT = 10.0
+# Sent for a request whose headers ask for it before its body is sent (Expect: 100-continue).
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_LATE = f"the request was not complete within {REQUEST_READ_TIMEOUT:g} s\n".encode()
+# The answer to a request that missed its deadline, sent as its connection is closed.
+REQUEST_TIMED_OUT = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_LATE), _LATE)
+)
+# How often the worker looks for parked connections past their deadline.
+SWEEP_INTERVAL = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,39 +217,51 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         # Connections given up on (a missed read deadline, a failed handshake), to close
         # without lingering: see finish_request().
         self._stalled: set[gthread.TConn] = set()
+        self._next_sweep = 0.0
 
     def enqueue_req(self, conn: gthread.TConn) -> None:
         # gthread queues a connection for a thread when it accepts it (the API server dials one
         # for a review and sends it at once) and when a kept-alive or parked one becomes
-        # readable: the request has arrived, and waits here for a thread from now on.
-        conn.arrived = time.monotonic()
+        # readable: a request has arrived (or more of one), and waits here for a thread from
+        # now on. A request's stamp is its first bytes' arrival, kept while it comes in.
+        now = time.monotonic()
+        if getattr(conn, "opened", None) is None:
+            conn.opened = now
+        if getattr(conn, "intake", None) is None:
+            conn.arrived = now
         super().enqueue_req(conn)
 
     def handle(self, conn: gthread.TConn) -> Any:
-        if conn.initialized or not self.cfg.is_ssl:
+        if not self.cfg.is_ssl:
             return self._serve(conn)
-        if not conn.data_ready and not conn.wait_for_data(FIRST_DATA_WAIT):
-            return gthread._DEFER
-        if not self._handshake(conn):
-            return False
-        conn.data_ready = bool(conn.sock.pending())
-        if conn.wait_for_data(FIRST_REQUEST_WAIT):
-            return self._serve(conn)
-        # finish_request() parks a deferred connection in the poller until it is readable.
-        return gthread._DEFER
+        if not getattr(conn, "handshaken", False):
+            if not conn.data_ready and not conn.wait_for_data(FIRST_DATA_WAIT):
+                return gthread._DEFER
+            step = self._handshake(conn)
+            if step is not True:
+                return step
+            conn.data_ready = bool(conn.sock.pending())
+            if not conn.wait_for_data(FIRST_REQUEST_WAIT):
+                # finish_request() parks a deferred connection in the poller until readable.
+                return gthread._DEFER
+        return self._serve(conn)
 
     def _serve(self, conn: gthread.TConn) -> Any:
-        """Read and answer one request, starting its read deadline now, and telling the app
-        when the request arrived (see ``stamped_with_arrival``).
+        """Answer the request on ``conn`` once its bytes are all in (see ``_gather``), telling
+        the app when it arrived (see ``stamped_with_arrival``).
 
-        A thread takes a connection only once it is readable, so the read clock starts when
-        the request does (a kept-alive connection waits in the poller, not here). The parser
-        of a TLS connection is made in ``_handshake``; the server always serves TLS.
+        The parser of a TLS connection is made in ``_handshake``; the server always serves
+        TLS. The parser's reads keep the request's deadline, for what it reads beyond the
+        bytes gathered (a request it refuses, a body it drains).
         """
-        _serving.arrived = getattr(conn, "arrived", None)
+        step = self._gather(conn)
+        if step is not True:
+            return step
+        arrived = getattr(conn, "arrived", None)
+        _serving.arrived = arrived
         unreader = getattr(conn.parser, "unreader", None)
         if isinstance(unreader, DeadlineUnreader):
-            unreader.deadline = time.monotonic() + REQUEST_READ_TIMEOUT
+            unreader.deadline = (arrived or time.monotonic()) + REQUEST_READ_TIMEOUT
         try:
             return super().handle(conn)
         finally:
@@ -241,17 +269,66 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             if isinstance(unreader, DeadlineUnreader) and unreader.expired:
                 self._stalled.add(conn)
 
-    def _handshake(self, conn: gthread.TConn) -> bool:
-        conn.initialized = True
-        conn.sock.settimeout(HANDSHAKE_TIMEOUT)
+    def _gather(self, conn: gthread.TConn) -> Any:
+        """Read what the client has sent of its request, without waiting for more: True when
+        the parser has what it needs (``intake.next_step``), ``_DEFER`` to wait in the poller
+        for more, False to close (the client closed, or missed the request's deadline)."""
+        unreader = getattr(conn.parser, "unreader", None)
+        if not isinstance(unreader, DeadlineUnreader):
+            return True
+        held: bytearray = getattr(conn, "intake", None) or bytearray()
+        held += unreader.take_buffered()
+        step = next_step(held, MAX_BODY_BYTES)
+        ended = False
+        conn.sock.setblocking(False)
+        # Past a size limit the step is PARSE, so this reads a bounded amount. Reading stops
+        # once the socket would block: no byte then waits inside TLS, unseen by the poller.
+        while step is not Next.PARSE:
+            piece = _received(conn.sock)
+            if not piece:
+                ended = piece is not None
+                break
+            held += piece
+            step = next_step(held, MAX_BODY_BYTES)
+        # A request cut short by the client's close goes to the parser too: the app says what
+        # was missing, in an answer a half-closed client still reads.
+        if step is Next.PARSE or (ended and held):
+            conn.intake, conn.continued = None, False
+            unreader.unread(bytes(held))
+            return True
+        if ended:
+            self._stalled.add(conn)
+            return False
+        if time.monotonic() > conn.arrived + REQUEST_READ_TIMEOUT:
+            _sent(conn.sock, REQUEST_TIMED_OUT)
+            self._stalled.add(conn)
+            return False
+        if step is Next.CONTINUE and not getattr(conn, "continued", False):
+            conn.continued = _sent(conn.sock, CONTINUE)
+        # Nothing read (a TLS record without data) leaves no request begun.
+        conn.intake = held or None
+        return gthread._DEFER
+
+    def _handshake(self, conn: gthread.TConn) -> Any:
+        """Advance the TLS handshake with what the client has sent, without waiting for more:
+        True once done (the connection gets its parser), ``_DEFER`` to wait in the poller
+        for more, False when it failed."""
         try:
-            conn.sock = sock.ssl_wrap_socket(conn.sock, self.cfg)
+            if not conn.initialized:
+                conn.initialized = True
+                conn.sock = sock.ssl_wrap_socket(conn.sock, self.cfg)
+            conn.sock.setblocking(False)
             conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return gthread._DEFER
         except (OSError, ssl.SSLError) as exc:
+            # SSLWantWriteError too: a ServerHello does not fill a new socket's send buffer
+            # unless the client stopped reading.
             self.log.debug("TLS handshake with %s failed: %s", conn.client, exc)
             self._stalled.add(conn)
             return False
-        conn.sock.settimeout(None)
+        conn.handshaken = True
+        conn.sock.setblocking(True)
         conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader = DeadlineUnreader(conn.sock)
         return True
@@ -281,21 +358,34 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             for conn in self.pending_conns:
                 conn.timeout = min(conn.timeout, deadline)
         super().murder_pending()
-        self._close_silent()
+        self._close_stalled()
 
-    def _close_silent(self) -> None:
-        """Close the parked connections that never began a handshake in HANDSHAKE_TIMEOUT.
+    def _close_stalled(self) -> None:
+        """Close the parked connections that missed a deadline: a handshake not done within
+        HANDSHAKE_TIMEOUT of the connection's opening, a request not all in within
+        REQUEST_READ_TIMEOUT of its first bytes.
 
-        gthread keeps a parked connection for the keep-alive time, which a client that
-        opens connections and sends nothing would fill with sockets for free; the API server
-        sends its ClientHello as soon as it connects."""
-        limit = time.monotonic() - HANDSHAKE_TIMEOUT
+        gthread keeps a parked connection for the keep-alive time, which a client that opens
+        connections and sends nothing, or a few bytes now and then, would fill with sockets
+        for free; the API server sends its ClientHello as soon as it connects, and each
+        review at once."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_INTERVAL
         silent = [
             c
             for c in self.pending_conns
-            if not c.initialized and getattr(c, "arrived", limit) < limit
+            if not getattr(c, "handshaken", False) and c.opened < now - HANDSHAKE_TIMEOUT
         ]
-        for conn in silent:
+        late = [
+            c
+            for c in self.pending_conns
+            if getattr(c, "intake", None) is not None and c.arrived < now - REQUEST_READ_TIMEOUT
+        ]
+        for conn in late:
+            _sent(conn.sock, REQUEST_TIMED_OUT)
+        for conn in silent + late:
             self._drop_idle(conn, self.pending_conns)
 
     def set_accept_enabled(self, enabled: bool) -> None:
@@ -320,8 +410,8 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         new connections out, each a review timed out."""
         pending, kept = self.pending_conns, self.keepalived_conns
         idle = [
-            *((c, pending) for c in pending if not c.initialized),
-            *((c, pending) for c in pending if c.initialized),
+            *((c, pending) for c in pending if not getattr(c, "handshaken", False)),
+            *((c, pending) for c in pending if getattr(c, "handshaken", False)),
             *((c, kept) for c in kept),
         ]
         for conn, held in idle:
@@ -370,6 +460,26 @@ def stop_was_asked(inherited: Any) -> bool:
         while True:
             asked |= queued.get_nowait() in _STOPS
     return asked
+
+
+def _received(conn_sock: Any) -> bytes | None:
+    """The next bytes ``conn_sock`` has received, without waiting: None when there are none
+    yet, empty when the client has closed (or broken) the connection."""
+    try:
+        return bytes(conn_sock.recv(256 * 1024))
+    except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+        return None
+    except OSError:  # ssl.SSLError included
+        return b""
+
+
+def _sent(conn_sock: Any, data: bytes) -> bool:
+    """Whether ``data`` went out whole without waiting (a few bytes on a socket whose client
+    reads what it is sent)."""
+    try:
+        return bool(conn_sock.send(data) == len(data))
+    except OSError:
+        return False
 
 
 class _Application(BaseApplication):  # type: ignore[misc]
