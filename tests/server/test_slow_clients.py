@@ -229,3 +229,73 @@ def test_a_client_that_expects_100_continue_is_told_to_send_its_body(
         conn.close()
         stopped = server.terminate()
     assert stopped == 0, server.logs()
+
+
+def pipelined_until_full(port: int, ca: Path, request: bytes) -> ssl.SSLSocket:
+    """A connection that sends request after request and reads no answer, until the server
+    stops taking requests (its answers fill the buffers between them)."""
+    raw = socket.socket()
+    raw.settimeout(CLIENT_TIMEOUT)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.connect(("127.0.0.1", port))
+    conn = client_context(ca).wrap_socket(raw, server_hostname="127.0.0.1")
+    conn.settimeout(1.0)
+    with contextlib.suppress(TimeoutError):
+        for _ in range(20_000):
+            conn.sendall(request)
+    conn.settimeout(CLIENT_TIMEOUT)
+    return conn
+
+
+def test_clients_that_do_not_read_their_answers_hold_no_thread(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    """gunicorn writes an answer with a blocking send: a client that stops reading held the
+    thread for as long as it kept the connection open (here, for good: the review below
+    was never answered). An answer is now sent as the client takes it."""
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
+    head, body = review_request()
+    readers = [
+        pipelined_until_full(server.port, server.ca, head + body) for _ in range(THREADS * 2)
+    ]
+    try:
+        probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
+        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+        probe.close()
+        assert reply.status == 200, server.logs()
+        # Once they read, their answers come, in order and whole.
+        answer_head, answer = final_response(readers[0])
+        assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
+        assert json.loads(answer)["response"]["allowed"] is True
+    finally:
+        for conn in readers:
+            conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
+    assert "Traceback" not in server.logs()
+
+
+def test_clients_that_keep_their_end_open_after_a_close_do_not_stall_the_worker(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    """After an answer that closes the connection, gunicorn waits up to 2 s for the client to
+    close too, on the thread that runs the poller: twenty such clients held every other
+    connection of the worker for 40 s. The wait is now the poller's."""
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
+    head, body = review_request(b"Connection: close\r\n")
+    closing = [stalled(server.port, server.ca, head + body) for _ in range(20)]
+    try:
+        # Well under the 40 s the worker used to stand still: a generous bound, not a timing.
+        probe = Client(server.port, server.ca, timeout=20.0)
+        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+        probe.close()
+        assert reply.status == 200, server.logs()
+        for conn in closing:
+            answer = read_all(conn)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer
+    finally:
+        for conn in closing:
+            conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
+    assert "Traceback" not in server.logs()

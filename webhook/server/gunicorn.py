@@ -33,13 +33,17 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import selectors
 import signal
+import socket
 import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,6 +92,15 @@ REQUEST_TIMED_OUT = (
     b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_LATE), _LATE)
 )
+# How long a client may take to read an answer (a review's is a few KiB): the answer is sent as
+# the client takes it, from the poller, and a client that stops reading is closed after this.
+RESPONSE_WRITE_TIMEOUT = 10.0
+# A connection closed on this side waits this long, reading at most this much, for its client
+# to close too (gunicorn's own figures; see WebhookWorker._linger).
+LINGER = 2.0
+LINGER_DRAIN_BYTES = 65536
+# What a thread's turn returns when the client has yet to take the rest of its answer.
+_WRITING = object()
 # How often the worker looks for parked connections past their deadline.
 SWEEP_INTERVAL = 0.25
 
@@ -217,6 +230,10 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         # Connections given up on (a missed read deadline, a failed handshake), to close
         # without lingering: see finish_request().
         self._stalled: set[gthread.TConn] = set()
+        # Connections whose answer waits for the client to take it, and connections closed
+        # on this side whose client has yet to close its own (see _linger).
+        self._writing: set[gthread.TConn] = set()
+        self._lingering: set[gthread.TConn] = set()
         self._next_sweep = 0.0
 
     def enqueue_req(self, conn: gthread.TConn) -> None:
@@ -262,12 +279,31 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         unreader = getattr(conn.parser, "unreader", None)
         if isinstance(unreader, DeadlineUnreader):
             unreader.deadline = (arrived or time.monotonic()) + REQUEST_READ_TIMEOUT
+        real = conn.sock
+        outbox = Outbox(real)
+        conn.sock = outbox
         try:
-            return super().handle(conn)
+            result = super().handle(conn)
         finally:
+            conn.sock = real
             _serving.arrived = None
             if isinstance(unreader, DeadlineUnreader) and unreader.expired:
                 self._stalled.add(conn)
+        return self._answered(conn, bytes(outbox.data), result)
+
+    def _answered(self, conn: gthread.TConn, answer: bytes, result: Any) -> Any:
+        """Send ``answer`` as far as the client takes it now: ``result`` once all is sent,
+        ``_WRITING`` to send the rest from the poller (see finish_request)."""
+        if not answer:
+            return result
+        sent = _send_now(conn.sock, answer)
+        if sent < 0:
+            self._stalled.add(conn)
+            return False
+        if sent == len(answer):
+            return result
+        conn.outbox, conn.after_write = answer[sent:], result
+        return _WRITING
 
     def _gather(self, conn: gthread.TConn) -> Any:
         """Read what the client has sent of its request, without waiting for more: True when
@@ -334,12 +370,25 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         return True
 
     def finish_request(self, conn: gthread.TConn, fs: Any) -> None:
+        """Runs on the thread of the poller, which must never wait on a client: every
+        other connection's turn waits behind it."""
         if conn in self._stalled:
-            # A graceful close lingers up to 2 s for the client to close too, here on the
-            # thread that runs the poller; a stalled client never does. Close at once.
             self._stalled.discard(conn)
             self.nr_conns -= 1
             conn.close()
+            return
+        try:
+            result = False if fs.cancelled() else fs.result()
+        except Exception:  # noqa: BLE001 - handle() answers its errors; closed as gthread does
+            result = False
+        if result is _WRITING:
+            self._await_writable(conn)
+            return
+        if not result or (result is gthread._DEFER and not self.alive):
+            # gthread's graceful close waits up to 2 s here for the client to close too;
+            # a client that keeps its end open would stop the worker for that long.
+            self.nr_conns -= 1
+            self._linger(conn)
             return
         # One finished request closes at most one connection. gthread counts a close twice
         # when closing raises, and a count below the truth ends a graceful shutdown before
@@ -347,6 +396,59 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         floor = self.nr_conns - 1
         super().finish_request(conn, fs)
         self.nr_conns = max(self.nr_conns, floor)
+
+    def _await_writable(self, conn: gthread.TConn) -> None:
+        """Park ``conn`` until its client takes the rest of the answer (``conn.outbox``)."""
+        conn.write_until = time.monotonic() + RESPONSE_WRITE_TIMEOUT
+        self._writing.add(conn)
+        self.poller.register(conn.sock, selectors.EVENT_WRITE, partial(self._on_writable, conn))
+
+    def _on_writable(self, conn: gthread.TConn, _: Any) -> None:
+        sent = _send_now(conn.sock, conn.outbox)
+        if sent == len(conn.outbox):
+            self._writing.discard(conn)
+            self.poller.unregister(conn.sock)
+            conn.outbox = b""
+            self.finish_request(conn, _done(conn.after_write))
+        elif sent < 0:
+            self._forget(conn, self._writing)
+        else:
+            conn.outbox = conn.outbox[sent:]
+
+    def _linger(self, conn: gthread.TConn) -> None:
+        """Close ``conn`` as gthread does (RFC 9112 section 9.6: half-close, then read what
+        the client still sends until it closes, at most ``LINGER`` s), waiting in the poller
+        instead of on this thread. ``conn`` is no longer counted in ``nr_conns``."""
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.shutdown(socket.SHUT_WR)
+            conn.linger_until, conn.drained = time.monotonic() + LINGER, 0
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering, conn))
+        except (OSError, ValueError, KeyError):
+            conn.close()
+            return
+        self._lingering.add(conn)
+
+    def _on_lingering(self, conn: gthread.TConn, _: Any) -> None:
+        while conn.drained < LINGER_DRAIN_BYTES:
+            piece = _received(conn.sock)
+            if piece is None:
+                return
+            if not piece:
+                break
+            conn.drained += len(piece)
+        self._lingering.discard(conn)
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            self.poller.unregister(conn.sock)
+        conn.close()
+
+    def _forget(self, conn: gthread.TConn, held: set[gthread.TConn]) -> None:
+        """Close a connection waiting in ``held`` for its answer to be taken, at once."""
+        held.discard(conn)
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        conn.close()
 
     def murder_pending(self) -> None:
         # A stopping worker lingers on kept-alive connections only briefly; connections that
@@ -387,6 +489,13 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             _sent(conn.sock, REQUEST_TIMED_OUT)
         for conn in silent + late:
             self._drop_idle(conn, self.pending_conns)
+        for conn in [c for c in self._writing if c.write_until < now]:
+            self._forget(conn, self._writing)
+        for conn in [c for c in self._lingering if c.linger_until < now]:
+            self._lingering.discard(conn)
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(conn.sock)
+            conn.close()
 
     def set_accept_enabled(self, enabled: bool) -> None:
         if not enabled and self.alive and self._room_made():
@@ -471,6 +580,50 @@ def _received(conn_sock: Any) -> bytes | None:
         return None
     except OSError:  # ssl.SSLError included
         return b""
+
+
+def _send_now(conn_sock: Any, data: bytes) -> int:
+    """How much of ``data`` ``conn_sock`` takes without waiting; -1 when the connection is
+    broken."""
+    conn_sock.setblocking(False)
+    sent = 0
+    view = memoryview(data)
+    while sent < len(data):
+        try:
+            sent += conn_sock.send(view[sent : sent + 256 * 1024])
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            return -1
+    return sent
+
+
+def _done(result: Any) -> futures.Future[Any]:
+    done: futures.Future[Any] = futures.Future()
+    done.set_result(result)
+    return done
+
+
+class Outbox:
+    """A connection's socket to gunicorn's response code, keeping what is written to it.
+
+    gunicorn writes an answer with blocking ``sendall`` calls, on a socket without a timeout:
+    a client that stops reading would hold the thread for as long as it keeps the connection
+    open. The worker sends what is kept here as the client takes it (``_answered``)."""
+
+    def __init__(self, conn_sock: Any) -> None:
+        self._sock = conn_sock
+        self.data = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def send(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
 
 
 def _sent(conn_sock: Any, data: bytes) -> bool:
