@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import socket
 import ssl
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.server.helpers import Client, client_context, fixture, harness_server
 from webhook.server.gunicorn import REQUEST_READ_TIMEOUT
@@ -185,29 +188,48 @@ def review_request(extra_headers: bytes = b"") -> tuple[bytes, bytes]:
     return head, body
 
 
-def test_reviews_sent_in_small_pieces_are_answered(tmp_path: Path, tls_dir: Path) -> None:
-    """More connections than threads, each sending its review a few bytes at a time: each
-    request is gathered over many turns and answered whole."""
+def pieces(rng: random.Random, wire: bytes) -> list[bytes]:
+    """``wire`` cut at random places, in pieces from one byte to a few TLS records."""
+    cuts, at = [], 0
+    while at < len(wire):
+        size = rng.choice([1, 2, 7, 211, 1500, 5000, 40_000])
+        cuts.append(wire[at : at + size])
+        at += size
+    return cuts
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_requests_sent_in_pieces_are_answered(tmp_path: Path, tls_dir: Path, chunked: bool) -> None:
+    """More connections than threads, each sending two pipelined reviews cut at random
+    places (seeded), a piece per connection in turn: each request is gathered over many turns
+    and answered whole, in order."""
+    rng = random.Random(11 + chunked)
     server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
     head, body = review_request()
-    wire = head + body
+    if chunked:
+        head = head.replace(b"Content-Length: %d" % len(body), b"Transfer-Encoding: chunked")
+        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces(rng, body)) + b"0\r\n\r\n"
     conns = [stalled(server.port, server.ca, b"") for _ in range(THREADS * 3)]
+    plans = [pieces(rng, (head + body) * 2) for _ in conns]
     try:
-        for at in range(0, len(wire), 211):
-            for conn in conns:
-                conn.sendall(wire[at : at + 211])
+        while any(plans):
+            for conn, plan in zip(conns, plans, strict=True):
+                if plan:
+                    conn.sendall(plan.pop(0))
             time.sleep(0.001)
         for conn in conns:
-            answer_head, answer = final_response(conn)
-            assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
-            response = json.loads(answer)["response"]
-            assert response["allowed"] is True
-            assert response["patchType"] == "JSONPatch"
+            for _ in range(2):
+                answer_head, answer = final_response(conn)
+                assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
+                response = json.loads(answer)["response"]
+                assert response["allowed"] is True
+                assert response["patchType"] == "JSONPatch"
     finally:
         for conn in conns:
             conn.close()
         stopped = server.terminate()
     assert stopped == 0, server.logs()
+    assert "Traceback" not in server.logs()
 
 
 def test_a_client_that_expects_100_continue_is_told_to_send_its_body(
@@ -283,8 +305,11 @@ def test_clients_that_keep_their_end_open_after_a_close_do_not_stall_the_worker(
     connection of the worker for 40 s. The wait is now the poller's."""
     server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
     head, body = review_request(b"Connection: close\r\n")
-    closing = [stalled(server.port, server.ca, head + body) for _ in range(20)]
+    closing = [stalled(server.port, server.ca, b"") for _ in range(20)]
     try:
+        # All connected first, then all their requests at once: their closes come together.
+        for conn in closing:
+            conn.sendall(head + body)
         # Well under the 40 s the worker used to stand still: a generous bound, not a timing.
         probe = Client(server.port, server.ca, timeout=20.0)
         reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
