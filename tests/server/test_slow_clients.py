@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.helpers import Client, client_context, fixture, harness_server
-from webhook.server.gunicorn import REQUEST_READ_TIMEOUT
+from webhook.server.gunicorn import INTAKE_BUDGET, REQUEST_READ_TIMEOUT
 
 THREADS = 4
 # Far longer than the read deadline: a stalled client is never what ends these waits.
@@ -320,6 +320,36 @@ def test_clients_that_keep_their_end_open_after_a_close_do_not_stall_the_worker(
             assert answer.startswith(b"HTTP/1.1 200 "), answer
     finally:
         for conn in closing:
+            conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
+    assert "Traceback" not in server.logs()
+
+
+def test_large_requests_coming_in_slowly_are_held_within_a_budget(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    """Each connection sends most of a 7 MiB request and stops: gathered without limit, a
+    thousand of them would hold 7 GiB. Past INTAKE_BUDGET the ones coming in longest are
+    closed with a 503, and the newest are still waited for."""
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
+    head = (
+        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (7 * 2**20)
+    )
+    count = INTAKE_BUDGET // (5 * 2**20) + 2
+    senders = [stalled(server.port, server.ca, head + b" " * (5 * 2**20)) for _ in range(count)]
+    try:
+        probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
+        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+        probe.close()
+        assert reply.status == 200, server.logs()
+        answer = read_all(senders[0])
+        assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer[:200]
+        assert answer.endswith(b"the one coming in longest is closed to make room\n"), answer
+        assert still_open(senders[-1])
+    finally:
+        for conn in senders:
             conn.close()
         stopped = server.terminate()
     assert stopped == 0, server.logs()

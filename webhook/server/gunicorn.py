@@ -101,6 +101,19 @@ LINGER = 2.0
 LINGER_DRAIN_BYTES = 65536
 # What a thread's turn returns when the client has yet to take the rest of its answer.
 _WRITING = object()
+# The bytes a worker holds for requests still coming in. The API server sends a review whole
+# (3 MiB at most) within milliseconds; past this, the requests that have been coming in longest
+# are closed with BUSY_GATHERING to make room, so that clients sending large requests slowly
+# cannot make a worker hold more memory than this.
+INTAKE_BUDGET = 32 * 1024 * 1024
+_BUSY = (
+    f"this server holds {INTAKE_BUDGET // 2**20} MiB of requests still coming in; the one "
+    "coming in longest is closed to make room\n"
+).encode()
+BUSY_GATHERING = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY)
+)
 # How often the worker looks for parked connections past their deadline.
 SWEEP_INTERVAL = 0.25
 
@@ -234,6 +247,9 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         # on this side whose client has yet to close its own (see _linger).
         self._writing: set[gthread.TConn] = set()
         self._lingering: set[gthread.TConn] = set()
+        # The bytes held for each request still coming in, and their sum (see INTAKE_BUDGET).
+        self._held: dict[gthread.TConn, int] = {}
+        self._held_total = 0
         self._next_sweep = 0.0
 
     def enqueue_req(self, conn: gthread.TConn) -> None:
@@ -372,6 +388,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
     def finish_request(self, conn: gthread.TConn, fs: Any) -> None:
         """Runs on the thread of the poller, which must never wait on a client: every
         other connection's turn waits behind it."""
+        self._account(conn)
         if conn in self._stalled:
             self._stalled.discard(conn)
             self.nr_conns -= 1
@@ -396,6 +413,32 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         floor = self.nr_conns - 1
         super().finish_request(conn, fs)
         self.nr_conns = max(self.nr_conns, floor)
+
+    def _account(self, conn: gthread.TConn) -> None:
+        """Count what ``conn`` holds of a request still coming in; over INTAKE_BUDGET, close
+        the parked requests that have been coming in longest until the rest fit."""
+        intake = getattr(conn, "intake", None)
+        size = len(intake) if intake else 0
+        before = self._held.pop(conn, 0)
+        if size:
+            self._held[conn] = size
+        self._held_total += size - before
+        if self._held_total <= INTAKE_BUDGET:
+            return
+        self._forget_closed_intakes()
+        parked = set(self.pending_conns)
+        for oldest in sorted((c for c in self._held if c in parked), key=lambda c: c.arrived):
+            if self._held_total <= INTAKE_BUDGET:
+                break
+            _sent(oldest.sock, BUSY_GATHERING)
+            self._held_total -= self._held.pop(oldest)
+            oldest.intake = None
+            self._drop_idle(oldest, self.pending_conns)
+
+    def _forget_closed_intakes(self) -> None:
+        """Stop counting the requests of connections closed meanwhile (by any path)."""
+        for conn in [c for c in self._held if c.sock.fileno() < 0]:
+            self._held_total -= self._held.pop(conn)
 
     def _await_writable(self, conn: gthread.TConn) -> None:
         """Park ``conn`` until its client takes the rest of the answer (``conn.outbox``)."""
@@ -489,6 +532,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             _sent(conn.sock, REQUEST_TIMED_OUT)
         for conn in silent + late:
             self._drop_idle(conn, self.pending_conns)
+        self._forget_closed_intakes()
         for conn in [c for c in self._writing if c.write_until < now]:
             self._forget(conn, self._writing)
         for conn in [c for c in self._lingering if c.linger_until < now]:
