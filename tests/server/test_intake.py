@@ -15,7 +15,7 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
-from webhook.server.intake import MAX_HEAD_BYTES, Next, next_step
+from webhook.server.intake import MAX_CHUNKS, MAX_HEAD_BYTES, Gathering, Next, next_step
 
 LIMIT = 7 * 1024 * 1024
 
@@ -133,3 +133,30 @@ def test_any_bytes_get_an_answer(seed: int) -> None:
                 [b"", b"\r\n", b"\n", b":", b";", b"0", b"f" * 20, rng.randbytes(3)]
             )
         assert next_step(bytes(wire), LIMIT) in set(Next)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gathering_piece_by_piece_says_what_the_whole_prefix_says(seed: int) -> None:
+    """Each step reads only what arrived since the last; its answers are those of a fresh
+    look at all the bytes so far."""
+    rng = random.Random(100 + seed)
+    for _ in range(40):
+        wire = request(rng)[0] * rng.choice([1, 2])
+        gathering, at = Gathering(LIMIT), 0
+        while at < len(wire):
+            size = rng.choice([1, 3, 50, 700, 9000])
+            gathering.add(wire[at : at + size])
+            at += size
+            assert gathering.step() is next_step(wire[:at], LIMIT), (at, wire[:200])
+
+
+def test_a_body_in_too_many_chunks_is_refused_saying_why() -> None:
+    head = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    body = b"1\r\nx\r\n" * MAX_CHUNKS
+    assert next_step(head + body + b"0\r\n\r\n", LIMIT) is Next.PARSE
+    gathering = Gathering(LIMIT)
+    gathering.add(head + body + b"1\r\nx\r\n")
+    assert gathering.step() is Next.REFUSE
+    assert gathering.why() == (
+        f"a chunked body in more than {MAX_CHUNKS} chunks is not read; send it whole"
+    )

@@ -21,6 +21,7 @@ import pytest
 
 from tests.server.helpers import Client, client_context, fixture, harness_server
 from webhook.server.gunicorn import INTAKE_BUDGET, REQUEST_READ_TIMEOUT
+from webhook.server.intake import MAX_CHUNKS
 
 THREADS = 4
 # Far longer than the read deadline: a stalled client is never what ends these waits.
@@ -354,3 +355,24 @@ def test_large_requests_coming_in_slowly_are_held_within_a_budget(
         stopped = server.terminate()
     assert stopped == 0, server.logs()
     assert "Traceback" not in server.logs()
+
+
+def test_a_body_in_too_many_chunks_is_refused_before_it_is_parsed(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
+    head = (
+        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    conn = stalled(server.port, server.ca, head + b"1\r\n \r\n" * (MAX_CHUNKS + 1))
+    try:
+        answer = read_all(conn)
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer[:200]
+        assert answer.endswith(
+            f"a chunked body in more than {MAX_CHUNKS} chunks is not read; send it whole\n".encode()
+        ), answer
+    finally:
+        conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()

@@ -53,7 +53,7 @@ from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers import gthread
 
 from webhook.server.app import ARRIVED, CLOSE_CONNECTION, MAX_BODY_BYTES
-from webhook.server.intake import Next, next_step
+from webhook.server.intake import Gathering, Next
 from webhook.server.logs import stdlib_config
 
 WSGIApp = Callable[..., Any]
@@ -86,11 +86,21 @@ FIRST_REQUEST_WAIT = 0.005
 REQUEST_READ_TIMEOUT = 10.0
 # Sent for a request whose headers ask for it before its body is sent (Expect: 100-continue).
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_LATE = f"the request was not complete within {REQUEST_READ_TIMEOUT:g} s\n".encode()
+
+
+def closing_answer(status: str, reason: str) -> bytes:
+    """An answer saying ``reason``, after which the connection is closed."""
+    body = f"{reason}\n".encode()
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 # The answer to a request that missed its deadline, sent as its connection is closed.
-REQUEST_TIMED_OUT = (
-    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_LATE), _LATE)
+REQUEST_TIMED_OUT = closing_answer(
+    "408 Request Timeout", f"the request was not complete within {REQUEST_READ_TIMEOUT:g} s"
 )
 # How long a client may take to read an answer (a review's is a few KiB): the answer is sent as
 # the client takes it, from the poller, and a client that stops reading is closed after this.
@@ -106,13 +116,10 @@ _WRITING = object()
 # are closed with BUSY_GATHERING to make room, so that clients sending large requests slowly
 # cannot make a worker hold more memory than this.
 INTAKE_BUDGET = 32 * 1024 * 1024
-_BUSY = (
+BUSY_GATHERING = closing_answer(
+    "503 Service Unavailable",
     f"this server holds {INTAKE_BUDGET // 2**20} MiB of requests still coming in; the one "
-    "coming in longest is closed to make room\n"
-).encode()
-BUSY_GATHERING = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY), _BUSY)
+    "coming in longest is closed to make room",
 )
 # How often the worker looks for parked connections past their deadline.
 SWEEP_INTERVAL = 0.25
@@ -328,25 +335,29 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         unreader = getattr(conn.parser, "unreader", None)
         if not isinstance(unreader, DeadlineUnreader):
             return True
-        held: bytearray = getattr(conn, "intake", None) or bytearray()
-        held += unreader.take_buffered()
-        step = next_step(held, MAX_BODY_BYTES)
+        held: Gathering = getattr(conn, "intake", None) or Gathering(MAX_BODY_BYTES)
+        held.add(unreader.take_buffered())
+        step = held.step()
         ended = False
         conn.sock.setblocking(False)
         # Past a size limit the step is PARSE, so this reads a bounded amount. Reading stops
         # once the socket would block: no byte then waits inside TLS, unseen by the poller.
-        while step is not Next.PARSE:
+        while step is not Next.PARSE and step is not Next.REFUSE:
             piece = _received(conn.sock)
             if not piece:
                 ended = piece is not None
                 break
-            held += piece
-            step = next_step(held, MAX_BODY_BYTES)
+            held.add(piece)
+            step = held.step()
+        if step is Next.REFUSE:
+            _sent(conn.sock, closing_answer("400 Bad Request", held.why()))
+            self._stalled.add(conn)
+            return False
         # A request cut short by the client's close goes to the parser too: the app says what
         # was missing, in an answer a half-closed client still reads.
         if step is Next.PARSE or (ended and held):
             conn.intake, conn.continued = None, False
-            unreader.unread(bytes(held))
+            unreader.unread(bytes(held.data))
             return True
         if ended:
             self._stalled.add(conn)
