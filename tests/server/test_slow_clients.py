@@ -15,11 +15,13 @@ import random
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.server.helpers import Client, client_context, fixture, harness_server
+from tests.server.helpers import Client, ServerProcess, client_context, fixture, harness_server
 from webhook.server.gunicorn import INTAKE_BUDGET, REQUEST_READ_TIMEOUT
 from webhook.server.intake import MAX_CHUNKS
 
@@ -69,23 +71,47 @@ def still_open(conn: socket.socket) -> bool:
     return False
 
 
-def test_stalled_handshakes_and_requests_hold_no_thread(tmp_path: Path, tls_dir: Path) -> None:
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
-    partial_headers = b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-    partial_body = (
-        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b'Content-Length: 1000\r\n\r\n{"apiVersion"'
-    )
-    # Four times as many of each as there are threads: each would hold a thread until its
-    # deadline if a thread waited for its bytes.
-    hellos = [half_a_client_hello(server.port) for _ in range(THREADS * 4)]
-    requests = [stalled(server.port, server.ca, partial_headers) for _ in range(THREADS * 4)]
-    requests += [stalled(server.port, server.ca, partial_body) for _ in range(THREADS * 4)]
+@contextlib.contextmanager
+def serving(
+    tmp_path: Path, tls_dir: Path, **options: Any
+) -> Iterator[tuple[ServerProcess, list[socket.socket]]]:
+    """A harness server with ``THREADS`` threads, and a list for the connections a test opens:
+    they are closed, then the server is stopped, which must end cleanly and without a
+    traceback in its log."""
+    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, **options)
+    opened: list[socket.socket] = []
     try:
-        probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
-        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-        probe.close()
-        assert reply.status == 200, server.logs()
+        yield server, opened
+    finally:
+        for conn in opened:
+            conn.close()
+        stopped = server.terminate()
+    assert stopped == 0, server.logs()
+    assert "Traceback" not in server.logs()
+
+
+def answered(server: ServerProcess, timeout: float = CLIENT_TIMEOUT) -> None:
+    """A review on a new connection gets its answer."""
+    probe = Client(server.port, server.ca, timeout=timeout)
+    reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
+    probe.close()
+    assert reply.status == 200, server.logs()
+
+
+def test_stalled_handshakes_and_requests_hold_no_thread(tmp_path: Path, tls_dir: Path) -> None:
+    with serving(tmp_path, tls_dir) as (server, opened):
+        partial_headers = b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        partial_body = (
+            b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"apiVersion"'
+        )
+        # Four times as many of each as there are threads: each would hold a thread until its
+        # deadline if a thread waited for its bytes.
+        hellos = [half_a_client_hello(server.port) for _ in range(THREADS * 4)]
+        requests = [stalled(server.port, server.ca, partial_headers) for _ in range(THREADS * 4)]
+        requests += [stalled(server.port, server.ca, partial_body) for _ in range(THREADS * 4)]
+        opened += [*hellos, *requests]
+        answered(server)
         # Answered while every stalled connection was still open: none of them held a thread
         # (had they, the review would have waited for one to be given up on and closed).
         assert all(still_open(conn) for conn in hellos + requests)
@@ -99,64 +125,38 @@ def test_stalled_handshakes_and_requests_hold_no_thread(tmp_path: Path, tls_dir:
             assert answer.endswith(
                 f"\r\n\r\nthe request was not complete within {DEADLINE} s\n".encode()
             ), answer
-    finally:
-        for opened in [*hellos, *requests]:
-            opened.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def test_connections_that_send_nothing_hold_no_thread_and_are_closed(
     tmp_path: Path, tls_dir: Path
 ) -> None:
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
-    # More silent connections than threads: gthread's own wait would hold each thread 5 s.
-    silent = [
-        socket.create_connection(("127.0.0.1", server.port), timeout=CLIENT_TIMEOUT)
-        for _ in range(THREADS * 5)
-    ]
-    try:
+    with serving(tmp_path, tls_dir) as (server, opened):
+        # More silent connections than threads: gthread's own wait would hold each thread 5 s.
+        silent = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=CLIENT_TIMEOUT)
+            for _ in range(THREADS * 5)
+        ]
+        opened += silent
         # Answered at once: well inside the time one silent connection used to hold a thread.
-        probe = Client(server.port, server.ca, timeout=4.0)
-        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-        probe.close()
-        assert reply.status == 200, server.logs()
+        answered(server, timeout=4.0)
         # Still silent after the handshake timeout: closed by the server.
         for conn in silent:
             assert conn.recv(1) == b""
-    finally:
-        for conn in silent:
-            conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def test_idle_connections_at_the_limit_make_room_for_new_ones(
     tmp_path: Path, tls_dir: Path
 ) -> None:
     limit = 12
-    server = harness_server(
-        tls_dir, tmp_path / "server.log", threads=THREADS, workers=1, max_connections=limit
-    )
-    # Twice the limit of handshaken connections that never send a request: kept for the
-    # keep-alive time, they would fill the worker and keep every new connection out.
-    idle = [stalled(server.port, server.ca, b"") for _ in range(limit * 2)]
-    try:
+    with serving(tmp_path, tls_dir, workers=1, max_connections=limit) as (server, opened):
+        # Twice the limit of handshaken connections that never send a request: kept for the
+        # keep-alive time, they would fill the worker and keep every new connection out.
+        idle = [stalled(server.port, server.ca, b"") for _ in range(limit * 2)]
+        opened += idle
         for _ in range(3):
-            probe = Client(server.port, server.ca, timeout=10.0)
-            reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-            probe.close()
-            assert reply.status == 200, server.logs()
+            answered(server, timeout=10.0)
         # The oldest idle connections were closed to make room.
         assert read_all(idle[0]) == b""
-    finally:
-        for conn in idle:
-            conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def final_response(conn: socket.socket) -> tuple[bytes, bytes]:
@@ -205,14 +205,14 @@ def test_requests_sent_in_pieces_are_answered(tmp_path: Path, tls_dir: Path, chu
     places (seeded), a piece per connection in turn: each request is gathered over many turns
     and answered whole, in order."""
     rng = random.Random(11 + chunked)
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
-    head, body = review_request()
-    if chunked:
-        head = head.replace(b"Content-Length: %d" % len(body), b"Transfer-Encoding: chunked")
-        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces(rng, body)) + b"0\r\n\r\n"
-    conns = [stalled(server.port, server.ca, b"") for _ in range(THREADS * 3)]
-    plans = [pieces(rng, (head + body) * 2) for _ in conns]
-    try:
+    with serving(tmp_path, tls_dir) as (server, opened):
+        head, body = review_request()
+        if chunked:
+            head = head.replace(b"Content-Length: %d" % len(body), b"Transfer-Encoding: chunked")
+            body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces(rng, body)) + b"0\r\n\r\n"
+        conns = [stalled(server.port, server.ca, b"") for _ in range(THREADS * 3)]
+        opened += conns
+        plans = [pieces(rng, (head + body) * 2) for _ in conns]
         while any(plans):
             for conn, plan in zip(conns, plans, strict=True):
                 if plan:
@@ -225,21 +225,15 @@ def test_requests_sent_in_pieces_are_answered(tmp_path: Path, tls_dir: Path, chu
                 response = json.loads(answer)["response"]
                 assert response["allowed"] is True
                 assert response["patchType"] == "JSONPatch"
-    finally:
-        for conn in conns:
-            conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def test_a_client_that_expects_100_continue_is_told_to_send_its_body(
     tmp_path: Path, tls_dir: Path
 ) -> None:
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS)
-    head, body = review_request(b"Expect: 100-continue\r\n")
-    conn = stalled(server.port, server.ca, head)
-    try:
+    with serving(tmp_path, tls_dir) as (server, opened):
+        head, body = review_request(b"Expect: 100-continue\r\n")
+        conn = stalled(server.port, server.ca, head)
+        opened.append(conn)
         interim = b""
         while not interim.endswith(b"\r\n\r\n"):
             interim += conn.recv(1)
@@ -248,10 +242,6 @@ def test_a_client_that_expects_100_continue_is_told_to_send_its_body(
         answer_head, answer = final_response(conn)
         assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
         assert json.loads(answer)["response"]["allowed"] is True
-    finally:
-        conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
 
 
 def pipelined_until_full(port: int, ca: Path, request: bytes) -> ssl.SSLSocket:
@@ -276,26 +266,17 @@ def test_clients_that_do_not_read_their_answers_hold_no_thread(
     """gunicorn writes an answer with a blocking send: a client that stops reading held the
     thread for as long as it kept the connection open (here, for good: the review below
     was never answered). An answer is now sent as the client takes it."""
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
-    head, body = review_request()
-    readers = [
-        pipelined_until_full(server.port, server.ca, head + body) for _ in range(THREADS * 2)
-    ]
-    try:
-        probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
-        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-        probe.close()
-        assert reply.status == 200, server.logs()
+    with serving(tmp_path, tls_dir, workers=1) as (server, opened):
+        head, body = review_request()
+        readers = [
+            pipelined_until_full(server.port, server.ca, head + body) for _ in range(THREADS * 2)
+        ]
+        opened += readers
+        answered(server)
         # Once they read, their answers come, in order and whole.
         answer_head, answer = final_response(readers[0])
         assert answer_head.startswith(b"HTTP/1.1 200 "), answer_head
         assert json.loads(answer)["response"]["allowed"] is True
-    finally:
-        for conn in readers:
-            conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def test_clients_that_keep_their_end_open_after_a_close_do_not_stall_the_worker(
@@ -304,27 +285,18 @@ def test_clients_that_keep_their_end_open_after_a_close_do_not_stall_the_worker(
     """After an answer that closes the connection, gunicorn waits up to 2 s for the client to
     close too, on the thread that runs the poller: twenty such clients held every other
     connection of the worker for 40 s. The wait is now the poller's."""
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
-    head, body = review_request(b"Connection: close\r\n")
-    closing = [stalled(server.port, server.ca, b"") for _ in range(20)]
-    try:
+    with serving(tmp_path, tls_dir, workers=1) as (server, opened):
+        head, body = review_request(b"Connection: close\r\n")
+        closing = [stalled(server.port, server.ca, b"") for _ in range(20)]
+        opened += closing
         # All connected first, then all their requests at once: their closes come together.
         for conn in closing:
             conn.sendall(head + body)
         # Well under the 40 s the worker used to stand still: a generous bound, not a timing.
-        probe = Client(server.port, server.ca, timeout=20.0)
-        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-        probe.close()
-        assert reply.status == 200, server.logs()
+        answered(server, timeout=20.0)
         for conn in closing:
             answer = read_all(conn)
             assert answer.startswith(b"HTTP/1.1 200 "), answer
-    finally:
-        for conn in closing:
-            conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def test_large_requests_coming_in_slowly_are_held_within_a_budget(
@@ -333,46 +305,33 @@ def test_large_requests_coming_in_slowly_are_held_within_a_budget(
     """Each connection sends most of a 7 MiB request and stops: gathered without limit, a
     thousand of them would hold 7 GiB. Past INTAKE_BUDGET the ones coming in longest are
     closed with a 503, and the newest are still waited for."""
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
-    head = (
-        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % (7 * 2**20)
-    )
-    count = INTAKE_BUDGET // (5 * 2**20) + 2
-    senders = [stalled(server.port, server.ca, head + b" " * (5 * 2**20)) for _ in range(count)]
-    try:
-        probe = Client(server.port, server.ca, timeout=CLIENT_TIMEOUT)
-        reply = probe.post("/mutate", fixture("create-pod-sweep-mutate"))
-        probe.close()
-        assert reply.status == 200, server.logs()
+    with serving(tmp_path, tls_dir, workers=1) as (server, opened):
+        head = (
+            b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (7 * 2**20)
+        )
+        count = INTAKE_BUDGET // (5 * 2**20) + 2
+        senders = [stalled(server.port, server.ca, head + b" " * (5 * 2**20)) for _ in range(count)]
+        opened += senders
+        answered(server)
         answer = read_all(senders[0])
         assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer[:200]
         assert answer.endswith(b"the one coming in longest is closed to make room\n"), answer
         assert still_open(senders[-1])
-    finally:
-        for conn in senders:
-            conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()
-    assert "Traceback" not in server.logs()
 
 
 def test_a_body_in_too_many_chunks_is_refused_before_it_is_parsed(
     tmp_path: Path, tls_dir: Path
 ) -> None:
-    server = harness_server(tls_dir, tmp_path / "server.log", threads=THREADS, workers=1)
-    head = (
-        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n"
-    )
-    conn = stalled(server.port, server.ca, head + b"1\r\n \r\n" * (MAX_CHUNKS + 1))
-    try:
+    with serving(tmp_path, tls_dir, workers=1) as (server, opened):
+        head = (
+            b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        conn = stalled(server.port, server.ca, head + b"1\r\n \r\n" * (MAX_CHUNKS + 1))
+        opened.append(conn)
         answer = read_all(conn)
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer[:200]
         assert answer.endswith(
             f"a chunked body in more than {MAX_CHUNKS} chunks is not read; send it whole\n".encode()
         ), answer
-    finally:
-        conn.close()
-        stopped = server.terminate()
-    assert stopped == 0, server.logs()

@@ -444,7 +444,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             _sent(oldest.sock, BUSY_GATHERING)
             self._held_total -= self._held.pop(oldest)
             oldest.intake = None
-            self._drop_idle(oldest, self.pending_conns)
+            self._drop(oldest, self.pending_conns)
 
     def _forget_closed_intakes(self) -> None:
         """Stop counting the requests of connections closed meanwhile (by any path)."""
@@ -465,7 +465,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             conn.outbox = b""
             self.finish_request(conn, _done(conn.after_write))
         elif sent < 0:
-            self._forget(conn, self._writing)
+            self._drop(conn, self._writing)
         else:
             conn.outbox = conn.outbox[sent:]
 
@@ -491,18 +491,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             if not piece:
                 break
             conn.drained += len(piece)
-        self._lingering.discard(conn)
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            self.poller.unregister(conn.sock)
-        conn.close()
-
-    def _forget(self, conn: gthread.TConn, held: set[gthread.TConn]) -> None:
-        """Close a connection waiting in ``held`` for its answer to be taken, at once."""
-        held.discard(conn)
-        with contextlib.suppress(OSError, KeyError, ValueError):
-            self.poller.unregister(conn.sock)
-        self.nr_conns -= 1
-        conn.close()
+        self._drop(conn, self._lingering, counted=False)
 
     def murder_pending(self) -> None:
         # A stopping worker lingers on kept-alive connections only briefly; connections that
@@ -542,15 +531,12 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         for conn in late:
             _sent(conn.sock, REQUEST_TIMED_OUT)
         for conn in silent + late:
-            self._drop_idle(conn, self.pending_conns)
+            self._drop(conn, self.pending_conns)
         self._forget_closed_intakes()
         for conn in [c for c in self._writing if c.write_until < now]:
-            self._forget(conn, self._writing)
+            self._drop(conn, self._writing)
         for conn in [c for c in self._lingering if c.linger_until < now]:
-            self._lingering.discard(conn)
-            with contextlib.suppress(OSError, KeyError, ValueError):
-                self.poller.unregister(conn.sock)
-            conn.close()
+            self._drop(conn, self._lingering, counted=False)
 
     def set_accept_enabled(self, enabled: bool) -> None:
         if not enabled and self.alive and self._room_made():
@@ -581,15 +567,26 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         for conn, held in idle:
             if self.nr_conns < self.worker_connections:
                 break
-            self._drop_idle(conn, held)
+            self._drop(conn, held)
         return self.nr_conns < self.worker_connections
 
-    def _drop_idle(self, conn: gthread.TConn, held: deque[gthread.TConn]) -> None:
-        """Close an idle connection parked in the poller, taken out of ``held``."""
-        held.remove(conn)
+    def _drop(
+        self,
+        conn: gthread.TConn,
+        held: deque[gthread.TConn] | set[gthread.TConn],
+        *,
+        counted: bool = True,
+    ) -> None:
+        """Close a connection parked in the poller at once, taken out of ``held``;
+        ``counted``: it is still counted in ``nr_conns`` (a lingering one is not)."""
+        if isinstance(held, set):
+            held.discard(conn)
+        else:
+            held.remove(conn)
         with contextlib.suppress(OSError, KeyError, ValueError):
             self.poller.unregister(conn.sock)
-        self.nr_conns -= 1
+        if counted:
+            self.nr_conns -= 1
         conn.close()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
