@@ -20,7 +20,13 @@ a thread takes a connection when bytes have arrived, advances the handshake or g
 request's bytes as far as they go (``intake``), and parks the connection in the poller until
 more come. A handshake must be done within ``HANDSHAKE_TIMEOUT`` of the connection's opening
 and a request be all in within ``REQUEST_READ_TIMEOUT`` of its first bytes, or the connection
-is closed.
+is closed; the bytes held for requests still coming in stay within ``INTAKE_BUDGET``.
+
+Writing is the same story: gthread sends an answer with blocking writes, and closes a
+connection by waiting up to 2 s for the client's own close on the poller's thread. A client
+that does not read, or does not close, would hold a thread or the whole worker. Answers are
+kept (``Outbox``) and sent as far as the client takes them, the rest from the poller within
+``RESPONSE_WRITE_TIMEOUT``; the wait for a client's close is the poller's too.
 
 The API server's clock for a review starts before any thread here reads it: a request may
 wait in gthread's queue for a free thread. ``WebhookWorker`` stamps each connection when it
