@@ -1,4 +1,4 @@
-"""``intake.next_step``: a whole request goes to the parser, a request still coming in waits.
+"""``intake.Gathering``: a whole request goes to the parser, a request still coming in waits.
 
 Requests are generated (seeded) in the shapes HTTP/1.1 allows: Content-Length or chunked
 bodies cut into random chunks, with extensions and trailers, header names in any case,
@@ -15,9 +15,16 @@ import pytest
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
-from webhook.server.intake import MAX_CHUNKS, MAX_HEAD_BYTES, Gathering, Next, next_step
+from webhook.server.intake import MAX_CHUNKS, MAX_HEAD_BYTES, Gathering, Next
 
 LIMIT = 7 * 1024 * 1024
+
+
+def next_step(data: bytes, max_body: int) -> Next:
+    """What a fresh look at ``data``, the bytes of a request so far, says to do."""
+    gathering = Gathering(max_body)
+    gathering.add(data)
+    return gathering.step()
 
 
 def _case(rng: random.Random, name: str) -> str:

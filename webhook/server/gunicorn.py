@@ -115,6 +115,9 @@ RESPONSE_WRITE_TIMEOUT = 10.0
 # to close too (gunicorn's own figures; see WebhookWorker._linger).
 LINGER = 2.0
 LINGER_DRAIN_BYTES = 65536
+# Connections a worker keeps lingering at most; past this a connection is closed at once, so
+# that clients closing nothing cannot make the worker hold sockets beyond its connection limit.
+MAX_LINGERING = 256
 # What a thread's turn returns when the client has yet to take the rest of its answer.
 _WRITING = object()
 # The bytes a worker holds for requests still coming in. The API server sends a review whole
@@ -271,16 +274,17 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         # readable: a request has arrived (or more of one), and waits here for a thread from
         # now on. A request's stamp is its first bytes' arrival, kept while it comes in.
         now = time.monotonic()
-        if getattr(conn, "opened", None) is None:
-            conn.opened = now
-        if getattr(conn, "intake", None) is None:
+        if not hasattr(conn, "opened"):
+            # What the worker tracks of a connection, set once, when it is first queued.
+            conn.opened, conn.handshaken, conn.intake, conn.continued = now, False, None, False
+        if conn.intake is None:
             conn.arrived = now
         super().enqueue_req(conn)
 
     def handle(self, conn: gthread.TConn) -> Any:
         if not self.cfg.is_ssl:
             return self._serve(conn)
-        if not getattr(conn, "handshaken", False):
+        if not conn.handshaken:
             if not conn.data_ready and not conn.wait_for_data(FIRST_DATA_WAIT):
                 return gthread._DEFER
             step = self._handshake(conn)
@@ -303,11 +307,10 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         step = self._gather(conn)
         if step is not True:
             return step
-        arrived = getattr(conn, "arrived", None)
-        _serving.arrived = arrived
+        _serving.arrived = conn.arrived
         unreader = getattr(conn.parser, "unreader", None)
         if isinstance(unreader, DeadlineUnreader):
-            unreader.deadline = (arrived or time.monotonic()) + REQUEST_READ_TIMEOUT
+            unreader.deadline = conn.arrived + REQUEST_READ_TIMEOUT
         real = conn.sock
         outbox = Outbox(real)
         conn.sock = outbox
@@ -336,12 +339,12 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
 
     def _gather(self, conn: gthread.TConn) -> Any:
         """Read what the client has sent of its request, without waiting for more: True when
-        the parser has what it needs (``intake.next_step``), ``_DEFER`` to wait in the poller
+        the parser has what it needs (``intake.Gathering``), ``_DEFER`` to wait in the poller
         for more, False to close (the client closed, or missed the request's deadline)."""
         unreader = getattr(conn.parser, "unreader", None)
         if not isinstance(unreader, DeadlineUnreader):
             return True
-        held: Gathering = getattr(conn, "intake", None) or Gathering(MAX_BODY_BYTES)
+        held: Gathering = conn.intake or Gathering(MAX_BODY_BYTES)
         held.add(unreader.take_buffered())
         step = held.step()
         ended = False
@@ -372,7 +375,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             _sent(conn.sock, REQUEST_TIMED_OUT)
             self._stalled.add(conn)
             return False
-        if step is Next.CONTINUE and not getattr(conn, "continued", False):
+        if step is Next.CONTINUE and not conn.continued:
             conn.continued = _sent(conn.sock, CONTINUE)
         # Nothing read (a TLS record without data) leaves no request begun.
         conn.intake = held or None
@@ -434,8 +437,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
     def _account(self, conn: gthread.TConn) -> None:
         """Count what ``conn`` holds of a request still coming in; over INTAKE_BUDGET, close
         the parked requests that have been coming in longest until the rest fit."""
-        intake = getattr(conn, "intake", None)
-        size = len(intake) if intake else 0
+        size = len(conn.intake) if conn.intake else 0
         before = self._held.pop(conn, 0)
         if size:
             self._held[conn] = size
@@ -479,6 +481,9 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         """Close ``conn`` as gthread does (RFC 9112 section 9.6: half-close, then read what
         the client still sends until it closes, at most ``LINGER`` s), waiting in the poller
         instead of on this thread. ``conn`` is no longer counted in ``nr_conns``."""
+        if len(self._lingering) >= MAX_LINGERING:
+            conn.close()
+            return
         try:
             conn.sock.setblocking(False)
             conn.sock.shutdown(socket.SHUT_WR)
@@ -524,16 +529,13 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_INTERVAL
-        silent = [
-            c
-            for c in self.pending_conns
-            if not getattr(c, "handshaken", False) and c.opened < now - HANDSHAKE_TIMEOUT
-        ]
-        late = [
-            c
-            for c in self.pending_conns
-            if getattr(c, "intake", None) is not None and c.arrived < now - REQUEST_READ_TIMEOUT
-        ]
+        silent: list[gthread.TConn] = []
+        late: list[gthread.TConn] = []
+        for c in self.pending_conns:
+            if not c.handshaken and c.opened < now - HANDSHAKE_TIMEOUT:
+                silent.append(c)
+            elif c.intake is not None and c.arrived < now - REQUEST_READ_TIMEOUT:
+                late.append(c)
         for conn in late:
             _sent(conn.sock, REQUEST_TIMED_OUT)
         for conn in silent + late:
@@ -566,8 +568,8 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         new connections out, each a review timed out."""
         pending, kept = self.pending_conns, self.keepalived_conns
         idle = [
-            *((c, pending) for c in pending if not getattr(c, "handshaken", False)),
-            *((c, pending) for c in pending if getattr(c, "handshaken", False)),
+            *((c, pending) for c in pending if not c.handshaken),
+            *((c, pending) for c in pending if c.handshaken),
             *((c, kept) for c in kept),
         ]
         for conn, held in idle:
@@ -687,10 +689,7 @@ class Outbox:
 def _sent(conn_sock: Any, data: bytes) -> bool:
     """Whether ``data`` went out whole without waiting (a few bytes on a socket whose client
     reads what it is sent)."""
-    try:
-        return bool(conn_sock.send(data) == len(data))
-    except OSError:
-        return False
+    return _send_now(conn_sock, data) == len(data)
 
 
 class _Application(BaseApplication):  # type: ignore[misc]

@@ -136,13 +136,6 @@ class Gathering:
             at = self._chunk_at = line_end + 2 + chunk + 2
 
 
-def next_step(data: bytes | bytearray, max_body: int) -> Next:
-    """What to do with ``data``, the bytes of a connection from the start of a request."""
-    gathering = Gathering(max_body)
-    gathering.add(bytes(data))
-    return gathering.step()
-
-
 def _head(data: bytes | bytearray, end: int) -> _Head | Next:
     """The framing of the request whose headers end at ``end``."""
     lengths: list[bytes | bytearray] = []
