@@ -190,16 +190,30 @@ def creators(daemonsets: Iterable[Obj], nodes: Iterable[Obj]) -> Creators:
 
 
 def pod_class(pod: Obj, policy: Policy, namespaces: NamespaceLookup) -> str:
-    """The class a running pod was placed as: its ``together.ai/placement`` record when the
-    policy still knows that class, else the class the policy gives it now (``unclassified``
-    when none)."""
+    """The class a running pod is reported as.
+
+    Its ``together.ai/placement`` record names the class it was placed as, and is taken while
+    the policy still knows that class; the class the policy gives the pod now stands in when
+    there is none. Annotations and labels, the record among them, can be changed after the
+    pod was admitted (the webhook does not check pod updates), so the record never makes a
+    pod less critical than the policy finds it: a pod the policy now keeps on standard
+    capacity is reported as that class, whatever its record says.
+    """
     recorded = string_map(meta_of(pod).get("annotations")).get(PLACEMENT_ANNOTATION)
-    if recorded is not None and recorded in policy.classes:
-        return recorded
+    now = _class_now(pod, policy, namespaces)
+    if recorded is None or recorded not in policy.classes:
+        return now or UNCLASSIFIED
+    if now is not None and is_critical(now, policy) and not is_critical(recorded, policy):
+        return now
+    return recorded
+
+
+def _class_now(pod: Obj, policy: Policy, namespaces: NamespaceLookup) -> str | None:
+    """The class the policy gives ``pod`` as it is now, if any."""
     if pod.get("kind") != "Pod":  # an item of a list carries no kind
         pod = {**pod, "apiVersion": "v1", "kind": "Pod"}
     judged = judge(Subject(obj=pod, namespace=namespace_of(pod) or None), policy, namespaces)
-    return judged.decision.workload_class or UNCLASSIFIED
+    return judged.decision.workload_class
 
 
 def placement_of(class_name: str, policy: Policy) -> Placement | None:
