@@ -507,6 +507,56 @@ def test_a_standard_pod_whose_only_matching_term_requires_preemptible_is_refused
     )
 
 
+def _term(*exprs: dict[str, Any]) -> dict[str, Any]:
+    return {"matchExpressions": list(exprs)}
+
+
+def _on(key_op: str, *values: str) -> dict[str, Any]:
+    return {"key": KEY, "operator": key_op, **({"values": list(values)} if values else {})}
+
+
+@pytest.mark.parametrize("workload", ["serving", "coordinator", "interruptible"])
+@pytest.mark.parametrize(
+    ("selector", "terms"),
+    [
+        (None, [{}]),
+        (None, [_term(_on("In", "preemptible"), _on("In", "standard"))]),
+        (None, [_term(_on("Exists"), _on("DoesNotExist"))]),
+        ({KEY: "standard"}, [_term(_on("In", "preemptible"))]),
+        ({KEY: "preemptible"}, [_term(_on("NotIn", "preemptible"))]),
+        ({KEY: "preemptible"}, [_term(_on("In", "standard")), {}]),
+    ],
+    ids=[
+        "empty-term",
+        "in-both",
+        "exists-and-not",
+        "selector-standard",
+        "selector-preemptible",
+        "selector-and-other-term",
+    ],
+)
+def test_a_pod_whose_constraints_admit_no_node_is_refused_as_such(
+    policy: Policy, workload: str, selector: dict[str, str] | None, terms: list[Any]
+) -> None:
+    """Neither kind of capacity keeps such a pod off: the refusal says its constraints
+    contradict each other, instead of blaming one of them for a class it does not ask for."""
+    spec: dict[str, Any] = {
+        "containers": C,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+        },
+    }
+    if selector is not None:
+        spec["nodeSelector"] = selector
+    obj = pod(spec, {"together.ai/workload": workload})
+    decision = evaluate(obj, policy, CTX)
+    assert [r.code.value for r in decision.refusals] == ["matches-no-node"]
+    assert "no node can meet the pod's own node constraints" in decision.violations[0]
+    assert make_patch(obj, decision.mutated) == []
+
+
 def _deployment(workload: str, replicas: int, **meta: Any) -> dict[str, Any]:
     template = {
         "metadata": {"annotations": {"together.ai/workload": workload}},

@@ -23,6 +23,7 @@ class Code(enum.StrEnum):
     UNKNOWN_CLASS = "unknown-class"
     REQUIRES_PREEMPTIBLE = "requires-preemptible"
     EXCLUDES_PREEMPTIBLE = "excludes-preemptible"
+    MATCHES_NO_NODE = "matches-no-node"
     CHECKPOINT_TOO_LONG = "checkpoint-too-long"
     CHECKPOINT_NOT_A_NUMBER = "checkpoint-not-a-number"
     NEGATIVE_GRACE = "negative-grace"

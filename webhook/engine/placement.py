@@ -8,6 +8,7 @@ changes nothing; nothing the user wrote is removed. Functions return what they c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -82,25 +83,41 @@ def _refusals(
     label = policy.node_label
     where = f"{label.key}={label.preemptible}"
     if wclass.placement is Placement.PREEMPTIBLE:
-        if not node.admits(label.preemptible):
-            path = _constraint_path(spec, label.key)
+        if node.admits(label.preemptible):
+            return ()
+        if node.admits_any(_non_preemptible_states(node, policy)):
             message = (
                 f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
-                f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that "
-                f"constraint, or use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
+                f"excluded by the pod's {_named(spec, label.key, lambda v: v != label.preemptible)}"
+                f": remove that constraint, or use class "
+                f"{_classes_except(policy, Placement.PREEMPTIBLE)} instead"
             )
-            return (finding(Code.EXCLUDES_PREEMPTIBLE, message, path),)
-    elif wclass.placement is Placement.STANDARD and not node.admits_any(
+            return (finding(Code.EXCLUDES_PREEMPTIBLE, message, _constraint_path(spec, label.key)),)
+        return (_matches_no_node(spec, wclass, label.key, f"{where} nodes"),)
+    if wclass.placement is Placement.STANDARD and not node.admits_any(
         _non_preemptible_states(node, policy)
     ):
+        if not node.admits(label.preemptible):
+            return (_matches_no_node(spec, wclass, label.key, f"nodes other than {where}"),)
         message = (
             f"class {wclass.name} must run on standard nodes, but the pod requires preemptible "
-            f"capacity through its {_constraint_names(spec, label.key)}: remove that "
-            f"requirement ({wclass.name} pods are kept off {where} nodes), or use class "
-            f"{_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
+            f"capacity through its {_named(spec, label.key, lambda v: v == label.preemptible)}: "
+            f"remove that requirement ({wclass.name} pods are kept off {where} nodes), or use "
+            f"class {_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
         )
         return (finding(Code.REQUIRES_PREEMPTIBLE, message, _constraint_path(spec, label.key)),)
     return ()
+
+
+def _matches_no_node(spec: dict[str, Any], wclass: WorkloadClass, key: str, needed: str) -> Finding:
+    """A pod whose own constraints admit no node, whatever its label says: it could never be
+    scheduled, and neither kind of capacity is what keeps it off."""
+    message = (
+        f"class {wclass.name} needs {needed}, but no node can meet the pod's own node "
+        f"constraints: its nodeSelector and required node affinity terms contradict each other "
+        f"on {key}, or a term is empty (an empty term matches no node); make them admit {needed}"
+    )
+    return finding(Code.MATCHES_NO_NODE, message, _constraint_path(spec, key))
 
 
 def _non_preemptible_states(node: NodeConstraints, policy: Policy) -> list[LabelState]:
@@ -109,19 +126,22 @@ def _non_preemptible_states(node: NodeConstraints, policy: Policy) -> list[Label
     return [None, *sorted(values - {label.preemptible})]
 
 
-def _has_selector(spec: dict[str, Any], key: str) -> bool:
+def _selected(spec: dict[str, Any], key: str) -> object:
     selector = spec.get("nodeSelector")
-    return isinstance(selector, dict) and key in selector
+    return selector.get(key) if isinstance(selector, dict) else None
 
 
-def _constraint_names(spec: dict[str, Any], key: str) -> str:
-    if _has_selector(spec, key):
-        return f"nodeSelector {key}={shorten(str(spec['nodeSelector'][key]))}"
+def _named(spec: dict[str, Any], key: str, conflicts: Callable[[object], bool]) -> str:
+    """The constraint that keeps the pod from its class's nodes: the nodeSelector, when its
+    value for ``key`` is what ``conflicts`` with the class; else the required terms."""
+    value = _selected(spec, key)
+    if value is not None and conflicts(value):
+        return f"nodeSelector {key}={shorten(str(value))}"
     return "required node affinity terms"
 
 
 def _constraint_path(spec: dict[str, Any], key: str) -> str:
-    return f"{SELECTOR_PATH}.{key}" if _has_selector(spec, key) else AFFINITY_PATH
+    return f"{SELECTOR_PATH}.{key}" if _selected(spec, key) is not None else AFFINITY_PATH
 
 
 def _classes_except(policy: Policy, placement: Placement) -> str:

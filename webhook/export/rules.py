@@ -389,12 +389,25 @@ class Rules:
 
     # --- refusals -------------------------------------------------------------------------------
 
-    def _constraint_names(self) -> str:
+    def _constraint_names(self, conflicts: str) -> str:
+        """placement._named: the nodeSelector when its value ``conflicts`` (``== x`` or
+        ``!= x``) with the class, else the required terms."""
         selected = f"{V}selected"
         return (
-            f"({selected}.hasValue() ? {lit(f'nodeSelector {self.key}=')} + "
-            f"{shorten(selected + '.value()')} : 'required node affinity terms')"
+            f"({selected}.hasValue() && {selected}.value() {conflicts} ? "
+            f"{lit(f'nodeSelector {self.key}=')} + {shorten(selected + '.value()')} : "
+            "'required node affinity terms')"
         )
+
+    def _matches_no_node(self, cls: str, needed: str) -> str:
+        """placement._matches_no_node's message."""
+        middle = (
+            f" needs {needed}, but no node can meet the pod{chr(39)}s own node constraints: its "
+            f"nodeSelector and required node affinity terms contradict each other on "
+            f"{self.key}, or a term is empty (an empty term matches no node); make them admit "
+            f"{needed}"
+        )
+        return f"'class ' + {cls} + {lit(middle)}"
 
     def _refusals(self) -> list[tuple[str, str]]:
         policy = self.policy
@@ -427,14 +440,15 @@ class Rules:
             ": remove that constraint, or use class "
             f"{classes_except(policy, Placement.PREEMPTIBLE)} instead"
         )
-        excludes = f"'class ' + {cls} + {lit(excluded)} + {V}constraintNames + {lit(instead)}"
+        excluded_by = self._constraint_names(f"!= {lit(self.preemptible)}")
+        excludes = f"'class ' + {cls} + {lit(excluded)} + {excluded_by} + {lit(instead)}"
         kept_off = (
             f" pods are kept off {where} nodes), or use class "
             f"{classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
         )
         requires = (
             f"'class ' + {cls} + ' must run on standard nodes, but the pod requires preemptible "
-            f"capacity through its ' + {V}constraintNames + "
+            f"capacity through its ' + {self._constraint_names(f'== {lit(self.preemptible)}')} + "
             f"': remove that requirement (' + {cls} + {lit(kept_off)}"
         )
         non_preemptible = any_of(
@@ -449,11 +463,13 @@ class Rules:
             [
                 when(
                     f"{self.is_class(cls, Placement.PREEMPTIBLE)} && !{V}admitsPreemptible",
-                    f"[{excludes}]",
+                    f"[{V}admitsNonPreemptible ? {excludes} : "
+                    f"{self._matches_no_node(cls, f'{where} nodes')}]",
                 ),
                 when(
                     f"{self.is_class(cls, Placement.STANDARD)} && !{V}admitsNonPreemptible",
-                    f"[{requires}]",
+                    f"[{V}admitsPreemptible ? {requires} : "
+                    f"{self._matches_no_node(cls, f'nodes other than {where}')}]",
                 ),
             ]
         )
@@ -490,7 +506,6 @@ class Rules:
             cls, Placement.PREEMPTIBLE, Placement.PREFER_PREEMPTIBLE
         )
         return [
-            ("constraintNames", self._constraint_names()),
             ("admitsPreemptible", self.admits(lit(self.preemptible))),
             ("admitsNonPreemptible", non_preemptible),
             ("checkpoint", f"{V}annotations[?{lit(CHECKPOINT_ANNOTATION)}]"),
