@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonpatch
 import pytest
@@ -471,3 +471,61 @@ def test_the_shipped_webhook_sends_every_listed_kind() -> None:
 def test_the_charts_default_workload_rules_are_the_default_policys() -> None:
     values = yaml.safe_load((REPO / "charts" / "preemptguard" / "values.yaml").read_text())
     assert values["webhooks"]["workloadRules"] == workload_rules(POLICY)
+
+
+def _daemonset(annotation: str | None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "team-a"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "a"}},
+            "template": _pod_template(annotation, **spec),
+        },
+    }
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_a_daemonset_that_puts_standard_only_pods_on_preemptible_nodes_is_warned_about(
+    operation: Literal["CREATE", "UPDATE"],
+) -> None:
+    """DaemonSets stay untouched, and so do their pods: nothing else keeps such pods off
+    preemptible nodes, so the allowed DaemonSet says so."""
+    obj = _daemonset("serving", **PREEMPTIBLE)
+    old = _daemonset(None) if operation == "UPDATE" else None
+    d = evaluate(obj, POLICY, Context(operation=operation, namespace="team-a", old_object=old))
+    assert d.allowed
+    assert d.skip is not None
+    assert d.skip.code is Code.DAEMONSET
+    assert d.mutated is obj
+    [note] = d.notes
+    assert note.code is Code.LEFT_ALONE_ON_PREEMPTIBLE
+    assert note.path == "spec.template"
+    assert note.message.startswith("DaemonSet pods are left alone (")
+    assert "class serving must run on standard nodes" in note.message
+
+
+@pytest.mark.parametrize(
+    ("annotation", "spec"),
+    [
+        (None, {}),
+        (None, PREEMPTIBLE),  # unclassified: no class to keep off
+        ("serving", {}),
+        ("interruptible", PREEMPTIBLE),
+        ("interruptible", {"nodeSelector": {"together.ai/compute-class": "standard"}}),
+    ],
+)
+def test_other_daemonsets_are_left_alone_without_a_word(
+    annotation: str | None, spec: dict[str, Any]
+) -> None:
+    d = evaluate(_daemonset(annotation, **spec), POLICY, Context(namespace="team-a"))
+    assert d.skip is not None
+    assert d.skip.code is Code.DAEMONSET
+    assert d.notes == ()
+
+
+def test_a_deleted_daemonset_is_not_judged() -> None:
+    obj = _daemonset("serving", **PREEMPTIBLE)
+    d = evaluate(obj, POLICY, Context(operation="DELETE", namespace="team-a"))
+    assert d.skip is not None
+    assert d.notes == ()

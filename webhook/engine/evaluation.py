@@ -54,7 +54,8 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     kind = None if pod else workload_kind(obj, kinds_of(policy))
     skip = _untouched(obj, policy, ctx, kind, namespace, pod=pod)
     if skip is not None:
-        return base.skipped(skip)
+        left = _left_alone(obj, kind, policy, ctx, namespace) if kind is not None else ()
+        return base.skipped(skip, left)
     if kind is None:
         return _pod(obj, policy, ctx, base)
     return _workload(obj, kind, policy, ctx, base)
@@ -108,6 +109,29 @@ def _untouched(
     if kind is not None and ctx.operation == "UPDATE":
         return _workload_update_skip(obj, kind, kinds_of(policy), ctx)
     return None
+
+
+def _left_alone(
+    obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, namespace: str | None
+) -> tuple[Finding, ...]:
+    """Templates of a kind the policy leaves alone (DaemonSets) whose class must stay on
+    standard nodes but which require preemptible ones: their pods are not checked either, so
+    nothing keeps them off; said as a warning, the object being allowed as the policy says."""
+    if kind.ignore is None or ctx.operation not in ("CREATE", "UPDATE"):
+        return ()
+    found, _ = templates_of(obj, kind, kinds_of(policy))
+    notes = []
+    for t in found:
+        if t.spec.partial or not isinstance(t.template.get("spec"), dict):
+            continue
+        for refusal in _judge(t, kind, policy, ctx, namespace).refusals:
+            if refusal.code is Code.REQUIRES_PREEMPTIBLE:
+                message = (
+                    f"{kind.kind} pods are left alone ({kind.ignore}), so nothing keeps these "
+                    f"off preemptible nodes: {t.where}: {refusal.message}"
+                )
+                notes.append(finding(Code.LEFT_ALONE_ON_PREEMPTIBLE, message, t.where))
+    return tuple(notes)
 
 
 def _not_a_workload(obj: Obj) -> Finding:
@@ -339,11 +363,10 @@ class _Base:
         self.kind = kind if isinstance(kind, str) else ""
         self.name = display_name(obj)
 
-    def skipped(self, skip: Finding) -> Decision:
-        notes: tuple[Finding, ...] = ()
+    def skipped(self, skip: Finding, notes: tuple[Finding, ...] = ()) -> Decision:
         if skip.code is Code.UNCHECKED_KIND:
             # Pod templates nobody checks at apply time: a warning, with the entry to add.
-            notes, skip = (skip,), skip._replace(message=_UNLISTED)
+            notes, skip = (*notes, skip), skip._replace(message=_UNLISTED)
         return Decision(
             kind=self.kind,
             namespace=self.namespace,
