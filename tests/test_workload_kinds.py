@@ -524,6 +524,15 @@ def test_other_daemonsets_are_left_alone_without_a_word(
     assert d.notes == ()
 
 
+def test_a_daemonset_in_an_excluded_namespace_is_left_alone_without_a_word() -> None:
+    obj = _daemonset("serving", **PREEMPTIBLE)
+    obj["metadata"]["namespace"] = "kube-system"
+    d = evaluate(obj, POLICY, Context(namespace="kube-system"))
+    assert d.skip is not None
+    assert d.skip.code is Code.EXCLUDED_NAMESPACE
+    assert d.notes == ()
+
+
 def test_a_deleted_daemonset_is_not_judged() -> None:
     obj = _daemonset("serving", **PREEMPTIBLE)
     d = evaluate(obj, POLICY, Context(operation="DELETE", namespace="team-a"))

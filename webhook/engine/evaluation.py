@@ -54,7 +54,7 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     kind = None if pod else workload_kind(obj, kinds_of(policy))
     skip = _untouched(obj, policy, ctx, kind, namespace, pod=pod)
     if skip is not None:
-        left = _left_alone(obj, kind, policy, ctx, namespace) if kind is not None else ()
+        left = () if kind is None else _left_alone(obj, kind, skip, policy, ctx, namespace)
         return base.skipped(skip, left)
     if kind is None:
         return _pod(obj, policy, ctx, base)
@@ -112,12 +112,19 @@ def _untouched(
 
 
 def _left_alone(
-    obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, namespace: str | None
+    obj: Obj,
+    kind: WorkloadKind,
+    skip: Finding,
+    policy: Policy,
+    ctx: Context,
+    namespace: str | None,
 ) -> tuple[Finding, ...]:
     """Templates of a kind the policy leaves alone (DaemonSets) whose class must stay on
     standard nodes but which require preemptible ones: their pods are not checked either, so
-    nothing keeps them off; said as a warning, the object being allowed as the policy says."""
-    if kind.ignore is None or ctx.operation not in ("CREATE", "UPDATE"):
+    nothing keeps them off; said as a warning, the object being allowed as the policy says.
+    Not for an object left alone for another reason (its namespace is excluded)."""
+    ignored = skip.code in (Code.DAEMONSET, Code.IGNORED_KIND)
+    if not ignored or kind.ignore is None or ctx.operation not in ("CREATE", "UPDATE"):
         return ()
     found, _ = templates_of(obj, kind, kinds_of(policy))
     notes = []
