@@ -123,8 +123,9 @@ def _left_alone(
     standard nodes but which require preemptible ones: their pods are not checked either, so
     nothing keeps them off; said as a warning, the object being allowed as the policy says.
     Not for an object left alone for another reason (its namespace is excluded)."""
+    # Those codes come from kind.ignore alone (see _untouched).
     ignored = skip.code in (Code.DAEMONSET, Code.IGNORED_KIND)
-    if not ignored or kind.ignore is None or ctx.operation not in ("CREATE", "UPDATE"):
+    if not ignored or ctx.operation not in ("CREATE", "UPDATE"):
         return ()
     found, _ = templates_of(obj, kind, kinds_of(policy))
     notes = []

@@ -8,7 +8,6 @@ changes nothing; nothing the user wrote is removed. Functions return what they c
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -88,9 +87,8 @@ def _refusals(
         if node.admits_any(_non_preemptible_states(node, policy)):
             message = (
                 f"class {wclass.name} runs only on preemptible nodes ({where}), but they are "
-                f"excluded by the pod's {_named(spec, label.key, lambda v: v != label.preemptible)}"
-                f": remove that constraint, or use class "
-                f"{_classes_except(policy, Placement.PREEMPTIBLE)} instead"
+                f"excluded by the pod's {_constraint_names(spec, label.key)}: remove that "
+                f"constraint, or use class {_classes_except(policy, Placement.PREEMPTIBLE)} instead"
             )
             return (finding(Code.EXCLUDES_PREEMPTIBLE, message, _constraint_path(spec, label.key)),)
         return (_matches_no_node(spec, wclass, label.key, f"{where} nodes"),)
@@ -101,7 +99,7 @@ def _refusals(
             return (_matches_no_node(spec, wclass, label.key, f"nodes other than {where}"),)
         message = (
             f"class {wclass.name} must run on standard nodes, but the pod requires preemptible "
-            f"capacity through its {_named(spec, label.key, lambda v: v == label.preemptible)}: "
+            f"capacity through its {_constraint_names(spec, label.key)}: "
             f"remove that requirement ({wclass.name} pods are kept off {where} nodes), or use "
             f"class {_classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
         )
@@ -131,11 +129,12 @@ def _selected(spec: dict[str, Any], key: str) -> object:
     return selector.get(key) if isinstance(selector, dict) else None
 
 
-def _named(spec: dict[str, Any], key: str, conflicts: Callable[[object], bool]) -> str:
-    """The constraint that keeps the pod from its class's nodes: the nodeSelector, when its
-    value for ``key`` is what ``conflicts`` with the class; else the required terms."""
+def _constraint_names(spec: dict[str, Any], key: str) -> str:
+    """The constraint that keeps the pod from its class's nodes. A nodeSelector on ``key`` is
+    it whenever the pod is refused for that and its constraints admit some node: a selector
+    that agreed with the class would leave only the other kind of node, or none."""
     value = _selected(spec, key)
-    if value is not None and conflicts(value):
+    if value is not None:
         return f"nodeSelector {key}={shorten(str(value))}"
     return "required node affinity terms"
 

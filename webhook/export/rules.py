@@ -389,14 +389,11 @@ class Rules:
 
     # --- refusals -------------------------------------------------------------------------------
 
-    def _constraint_names(self, conflicts: str) -> str:
-        """placement._named: the nodeSelector when its value ``conflicts`` (``== x`` or
-        ``!= x``) with the class, else the required terms."""
+    def _constraint_names(self) -> str:
         selected = f"{V}selected"
         return (
-            f"({selected}.hasValue() && {selected}.value() {conflicts} ? "
-            f"{lit(f'nodeSelector {self.key}=')} + {shorten(selected + '.value()')} : "
-            "'required node affinity terms')"
+            f"({selected}.hasValue() ? {lit(f'nodeSelector {self.key}=')} + "
+            f"{shorten(selected + '.value()')} : 'required node affinity terms')"
         )
 
     def _matches_no_node(self, cls: str, needed: str) -> str:
@@ -440,15 +437,14 @@ class Rules:
             ": remove that constraint, or use class "
             f"{classes_except(policy, Placement.PREEMPTIBLE)} instead"
         )
-        excluded_by = self._constraint_names(f"!= {lit(self.preemptible)}")
-        excludes = f"'class ' + {cls} + {lit(excluded)} + {excluded_by} + {lit(instead)}"
+        excludes = f"'class ' + {cls} + {lit(excluded)} + {V}constraintNames + {lit(instead)}"
         kept_off = (
             f" pods are kept off {where} nodes), or use class "
             f"{classes_except(policy, Placement.STANDARD)} if the pod can be preempted"
         )
         requires = (
             f"'class ' + {cls} + ' must run on standard nodes, but the pod requires preemptible "
-            f"capacity through its ' + {self._constraint_names(f'== {lit(self.preemptible)}')} + "
+            f"capacity through its ' + {V}constraintNames + "
             f"': remove that requirement (' + {cls} + {lit(kept_off)}"
         )
         non_preemptible = any_of(
@@ -506,6 +502,7 @@ class Rules:
             cls, Placement.PREEMPTIBLE, Placement.PREFER_PREEMPTIBLE
         )
         return [
+            ("constraintNames", self._constraint_names()),
             ("admitsPreemptible", self.admits(lit(self.preemptible))),
             ("admitsNonPreemptible", non_preemptible),
             ("checkpoint", f"{V}annotations[?{lit(CHECKPOINT_ANNOTATION)}]"),
