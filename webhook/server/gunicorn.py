@@ -334,7 +334,8 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
             return False
         if sent == len(answer):
             return result
-        conn.outbox, conn.after_write = answer[sent:], result
+        # A view: what a slow reader leaves is sliced on, never copied again and again.
+        conn.outbox, conn.after_write = memoryview(answer)[sent:], result
         return _WRITING
 
     def _gather(self, conn: gthread.TConn) -> Any:
@@ -470,7 +471,7 @@ class WebhookWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if sent == len(conn.outbox):
             self._writing.discard(conn)
             self.poller.unregister(conn.sock)
-            conn.outbox = b""
+            conn.outbox = memoryview(b"")
             self.finish_request(conn, _done(conn.after_write))
         elif sent < 0:
             self._drop(conn, self._writing)
@@ -642,7 +643,7 @@ def _received(conn_sock: Any) -> bytes | None:
         return b""
 
 
-def _send_now(conn_sock: Any, data: bytes) -> int:
+def _send_now(conn_sock: Any, data: bytes | memoryview) -> int:
     """How much of ``data`` ``conn_sock`` takes without waiting; -1 when the connection is
     broken."""
     conn_sock.setblocking(False)
