@@ -31,6 +31,8 @@ from typing import Any
 
 import requests
 
+from webhook.native import engine_build
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import server_bench
@@ -202,7 +204,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     per_round = -(-args.n // args.rounds)
-    print(f"# {os.cpu_count()} cores, load average {_load()}")
+    print(f"# {os.cpu_count()} cores, load average {_load()}; engine {engine_build()}")
 
     with (
         tempfile.TemporaryDirectory(prefix="preemptguard-bench-") as tmp,

@@ -52,6 +52,7 @@ from webhook.engine.patch import make_patch
 from webhook.engine.policy import Policy
 from webhook.loading.manifests import MAX_INPUT_BYTES
 from webhook.loading.policies import builtin_policy
+from webhook.native import engine_build
 from webhook.server import logs
 from webhook.server.app import create_app
 from webhook.server.metrics import Metrics
@@ -408,6 +409,7 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=1000, help="engine calls per round")
     args = parser.parse_args()
     print(f"# {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"# engine {engine_build()} (make compile / make clean-compiled)")
     bench_engine(builtin_policy(), args.rounds, args.number)
     bench_review_caches(builtin_policy(), args.rounds, args.number)
     with workdir() as tmp:

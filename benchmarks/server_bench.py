@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webhook.native import engine_build
+
 REPO = Path(__file__).resolve().parents[1]
 REVIEW = REPO / "tests" / "fixtures" / "admission-reviews" / "create-pod-sweep-mutate.json"
 HOST = "127.0.0.1"
@@ -489,7 +491,7 @@ def bench(args: argparse.Namespace) -> None:
     cpus = available_cpus()
     seconds, repeats = args.seconds, args.repeats
     print(f"# {os.cpu_count()} cores ({cpus} available to the server); load average "
-          f"{load_average()}; hey {hey.binary}")  # fmt: skip
+          f"{load_average()}; hey {hey.binary}; engine {engine_build()}")  # fmt: skip
     print(f"# POST /mutate {REVIEW.name} ({REVIEW.stat().st_size} bytes), TLS, keep-alive; "
           f"{seconds:g} s per run, {repeats} runs per figure (medians; runs listed "
           f"preemptguard | always-allow); server CPU summed over its processes")  # fmt: skip

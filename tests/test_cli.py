@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, POLICIES, REPO
+from webhook.native import engine_build
 
 EXE = shutil.which("preemptguard", path=str(Path(sys.executable).parent)) or "preemptguard"
 
@@ -282,7 +283,8 @@ def test_module_entry_point() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "webhook", "--version"], capture_output=True, text=True, check=False
     )
-    assert proc.stdout.strip() == "preemptguard, version 0.1.0"
+    expected = f"preemptguard, version 0.1.0 (engine {engine_build()})"
+    assert proc.stdout.strip() == expected
 
 
 def test_numbers_longer_than_python_reads_are_bad_input_or_unread(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from webhook.errors import CaseError, PolicyError
 from webhook.loading import collector
 from webhook.loading.manifests import InputError, read, read_ahead, sources
 from webhook.loading.policies import builtin_policy, load_policy
+from webhook.native import engine_build
 
 CHECK_EXAMPLES = """
 \b
@@ -86,7 +87,11 @@ def _tolerant_streams() -> None:
 
 
 @click.group(cls=_Guarded, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="preemptguard")
+@click.version_option(
+    __version__,
+    prog_name="preemptguard",
+    message=f"%(prog)s, version %(version)s (engine {engine_build()})",
+)
 def main() -> None:
     """Placement policy for GPU clusters that mix standard and preemptible nodes."""
 

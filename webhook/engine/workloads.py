@@ -196,7 +196,7 @@ def value_at(obj: Obj, parts: tuple[str | int, ...]) -> Any:
     return node
 
 
-def mapping_at(obj: Obj, *path: str) -> dict[str, Any]:
+def mapping_at(obj: object, *path: str) -> dict[str, Any]:
     """A nested mapping read without creating anything; ``{}`` where absent or not a mapping."""
     node: Any = obj
     for part in path:

@@ -12,6 +12,7 @@ from pathlib import Path
 from webhook import engine
 from webhook.admission.core import Evaluator
 from webhook.exposition import MetricsEndpoint, serve_registry
+from webhook.native import engine_build
 from webhook.server import logs
 from webhook.server.app import create_app
 from webhook.server.gunicorn import Hooks, ServerSettings, run
@@ -122,6 +123,7 @@ class Runtime:
             mode=policy.mode.value,
             policies=str(self.options.policies) if self.options.policies else "built-in",
             namespace_source=self.namespaces.source,
+            engine=engine_build(),
         )
 
     def close(self) -> None:
