@@ -143,3 +143,35 @@ def test_the_compiled_engine_decides_as_the_interpreted_one(tmp_path: Path) -> N
     assert _check_json(interpreted, inputs[:1])[0] in (0, 1)  # the copy runs at all
     assert compiled_run[1].count('"allowed"') > 500  # enough decisions to compare
     assert compiled_run == interpreted_run
+
+
+def _compile_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    repo = native.ENGINE_DIR.parents[1]
+    copy = tmp_path / "repo"
+    shutil.copytree(repo / "hack", copy / "hack")
+    shutil.copytree(
+        repo / "webhook", copy / "webhook", ignore=shutil.ignore_patterns("*.so", RECORD_NAME)
+    )
+    shutil.copy(repo / "setup.py", copy)
+    return subprocess.run(
+        ["bash", str(copy / "hack" / "compile-engine.sh"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "CC": "/nonexistent/cc"},
+    )
+
+
+def test_without_a_compiler_the_build_fails_saying_why(tmp_path: Path) -> None:
+    run = _compile_script(tmp_path)
+    assert run.returncode == 1
+    assert "cannot compile the engine without a C compiler (/nonexistent/cc)" in run.stderr
+
+
+def test_make_run_goes_on_interpreted_without_a_compiler(tmp_path: Path) -> None:
+    run = _compile_script(tmp_path, "--if-possible")
+    assert run.returncode == 0, run.stderr
+    assert "without a C compiler (/nonexistent/cc) the engine runs interpreted" in run.stderr
+    engine = tmp_path / "repo" / "webhook" / "engine"
+    assert not (engine / RECORD_NAME).exists()
+    assert not list(engine.glob("*.so"))
