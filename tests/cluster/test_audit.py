@@ -112,6 +112,7 @@ def test_the_audit_finds_what_got_past_the_webhook_and_nothing_it_admitted(
         "unplaced": 5,
         "critical-on-preemptible": 3,
         "interruptible-on-standard": 1,
+        "left-alone-on-preemptible": 0,
     }
 
 
@@ -517,3 +518,70 @@ def test_cluster_errors_say_which_call_failed(
     fake.close()
     with pytest.raises(ClusterError, match="GET /api/v1/namespaces"):
         auditing.read_cluster(cluster, auditing.Scope())
+
+
+def _daemonsets(fake: FakeApiServer) -> None:
+    fake.put(node("pre-1", "preemptible"))
+    fake.put(namespace("team"))
+    fake.put(namespace("kube-system"))
+    pinned = template("serving", **SELECTOR, **TOLERATE)
+    fake.put(owned("DaemonSet", "proxy", spec={"selector": {}, "template": pinned},
+                   metadata={"labels": {"app": "proxy"}}))  # fmt: skip
+    fake.put(owned("DaemonSet", "agent", spec={"selector": {}, "template": template("serving")}))
+    fake.put(
+        owned("DaemonSet", "spot-agent", spec={"selector": {}, "template": template(**SELECTOR)})
+    )
+    fake.put(owned("DaemonSet", "dns", "kube-system", spec={"selector": {}, "template": pinned}))
+
+
+def test_a_daemonset_whose_standard_only_pods_require_preemptible_nodes_is_reported(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    """Admission leaves DaemonSets alone, so a serving one pinned to preemptible nodes gets
+    there unchecked: the audit says so; one left as written, an unclassified one pinned to
+    preemptible nodes and one in an excluded namespace are nothing to report."""
+    _daemonsets(fake)
+    cluster = connect()
+    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    assert _problems(result) == {"DaemonSet/team/proxy": ["left-alone-on-preemptible"]}
+    (found,) = result.findings
+    (problem,) = found.problems
+    assert problem.severity == "high"
+    assert "nothing keeps these off preemptible nodes: spec.template: class serving" in (
+        problem.message
+    )
+    assert found.judgement.decision.skipped  # still left alone, as admission leaves it
+    assert result.summary()["findings"]["left-alone-on-preemptible"] == 1
+    assert result.summary()["untouched"] == 0
+    written = reports.write(cluster, result, policy, now=1_900_000_000)
+    assert written == ["team"]
+    team = fake.get("PolicyReport", "preemptguard", "team")
+    assert team is not None
+    jsonschema.validate(team, _schema())
+    assert team["summary"] == {"pass": 0, "fail": 1, "warn": 0, "error": 0, "skip": 0}
+    (entry,) = team["results"]
+    assert (entry["rule"], entry["severity"]) == ("left-alone-on-preemptible", "high")
+    assert entry["resources"][0]["kind"] == "DaemonSet"
+    assert entry["resources"][0]["name"] == "proxy"
+
+
+@pytest.mark.parametrize(("selector", "reported"), [("app=proxy", True), ("app=other", False)])
+def test_daemonsets_are_reported_as_the_label_selector_says(
+    fake: FakeApiServer,
+    connect: Callable[[], Cluster],
+    policy: Policy,
+    selector: str,
+    reported: bool,
+) -> None:
+    _daemonsets(fake)
+    scope = auditing.Scope(label_selector=selector)
+    snap = auditing.read_cluster(connect(), scope)
+    assert {d["metadata"]["name"] for d in snap.daemonsets} == {
+        "proxy",
+        "agent",
+        "spot-agent",
+        "dns",
+    }
+    result = auditing.audit(snap, policy, scope)
+    expected = {"DaemonSet/team/proxy": ["left-alone-on-preemptible"]} if reported else {}
+    assert _problems(result) == expected

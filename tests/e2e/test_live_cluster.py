@@ -275,6 +275,15 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
                        "template": {**template, "spec": {**template["spec"],
                                                          "restartPolicy": "Never"}}}}}}  # fmt: skip
         kube.create(f"/apis/{batch}/namespaces/{late}/cronjobs", nightly)
+    # Admission never sees a DaemonSet (nor, from the DaemonSet controller, its pods): a
+    # serving one pinned to preemptible nodes gets in with the webhook on. Its selector matches
+    # no node here, so that the DaemonSet controller makes no pod.
+    proxy_template = cluster.pod_template({"app": "proxy"}, workload="serving", nodeSelector={
+        CLASS_LABEL: PREEMPTIBLE, "preemptguard.test/no-such-node": "true"})  # fmt: skip
+    proxy = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "proxy"},
+             "spec": {"selector": {"matchLabels": {"app": "proxy"}},
+                      "template": proxy_template}}  # fmt: skip
+    kube.create(f"/apis/apps/v1/namespaces/{late}/daemonsets", proxy)
     for ns, name in (
         (placed, "sweep"),
         (placed, "api"),
@@ -299,6 +308,7 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
         (late, "Pod", "eval"): ["unplaced"],
         (late, "Deployment", "web"): ["refused"],
         (late, "CronJob", "nightly"): ["refused"],
+        (late, "DaemonSet", "proxy"): ["left-alone-on-preemptible"],
     }
     api = next(r for r in doc["results"] if r["name"] == "api")
     assert (api["node"], api["nodeClass"], api["phase"], api["class"]) == (
@@ -311,7 +321,7 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
     assert took < 30
 
     late_report = kube.get(REPORTS.format(late))
-    assert late_report["summary"] == {"pass": 0, "fail": 7, "warn": 0, "error": 0, "skip": 0}
+    assert late_report["summary"] == {"pass": 0, "fail": 8, "warn": 0, "error": 0, "skip": 0}
     # Stored as written: the CRD's schema would have pruned any field it does not define.
     result = late_report["results"][0]
     assert set(result) == {"policy", "rule", "category", "result", "severity", "scored",

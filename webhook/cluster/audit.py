@@ -11,7 +11,10 @@ class), and every workload template as the validating webhook judges it. What is
   (the ``together.ai/placement`` record, the affinity, the toleration, a grace period within
   the window and above its checkpoint): the mutating webhook would patch it;
 - ``critical-on-preemptible``: a pod of a standard-only class bound to a preemptible node;
-- ``interruptible-on-standard``: a pod of a preemptible-only class bound to a standard node.
+- ``interruptible-on-standard``: a pod of a preemptible-only class bound to a standard node;
+- ``left-alone-on-preemptible``: a DaemonSet whose template is of a standard-only class but
+  requires preemptible nodes. Admission leaves DaemonSets and their pods alone (the policy's
+  ``ignore``), so nothing keeps those pods off preemptible nodes: the audit is where it shows.
 
 The workloads are every kind of the policy's ``workloadKinds`` but those it leaves alone (its
 CRDs' kinds beside Kubernetes' own), each listed at the version the cluster serves: API
@@ -38,7 +41,7 @@ from webhook.cluster.access import audited_kinds
 from webhook.cluster.client import Cluster, ClusterError, path
 from webhook.cluster.inventory import PREEMPTIBLE, STANDARD, Creators
 from webhook.engine.decision import Obj
-from webhook.engine.findings import shorten
+from webhook.engine.findings import Code, shorten
 from webhook.engine.policy import Placement, Policy, WorkloadKind
 from webhook.engine.workloads import api_group, mapping_at, string_map
 from webhook.loading.policies import builtin_policy
@@ -52,6 +55,7 @@ class ProblemCode(enum.StrEnum):
     UNPLACED = "unplaced"
     CRITICAL_ON_PREEMPTIBLE = "critical-on-preemptible"
     INTERRUPTIBLE_ON_STANDARD = "interruptible-on-standard"
+    LEFT_ALONE_ON_PREEMPTIBLE = "left-alone-on-preemptible"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,8 +70,8 @@ class Problem:
         return {"code": self.code.value, "severity": self.severity, "message": self.message}
 
 
-# Read whatever the policy says: only to confirm that the DaemonSet a pod names as its
-# controller exists (see inventory).
+# Read whatever the policy says: to confirm that the DaemonSet a pod names as its controller
+# exists (see inventory), and to report those whose pods nothing keeps off preemptible nodes.
 DAEMONSETS = WorkloadKind(group="apps", kind="DaemonSet", templates=(), resource="daemonsets")
 
 
@@ -96,6 +100,8 @@ class Snapshot:
     pods: list[Obj] = field(default_factory=list)
     workloads: list[Obj] = field(default_factory=list)
     daemonsets: list[Obj] = field(default_factory=list)
+    # Those of ``daemonsets`` the scope's label selector selects (None: all of them).
+    selected_daemonsets: list[Obj] | None = None
     notes: list[str] = field(default_factory=list)
     pages: int = 0
 
@@ -140,8 +146,14 @@ def read_cluster(
                 f"{kind.name} is not served by this cluster (none of {tried} serves "
                 f"{kind.plural}): not audited"
             )
+        elif kind is not DAEMONSETS:
+            snap.workloads.extend(found)
         else:
-            (snap.daemonsets if kind is DAEMONSETS else snap.workloads).extend(found)
+            # Every one, to confirm who made a pod; those selected, to report.
+            snap.daemonsets.extend(found)
+            if labels:
+                selected = _list_kind(cluster, snap, kind, versions, scope, labels, progress)
+                snap.selected_daemonsets = selected or []
     if unserved:
         snap.notes.insert(
             0,
@@ -303,7 +315,9 @@ class Audit:
             "workloads": len(self.results) - len(pods),
             "namespaces": len(self.namespaces),
             "withFindings": len(self.findings),
-            "untouched": sum(r.judgement.decision.skipped is not None for r in self.results),
+            "untouched": sum(
+                r.judgement.decision.skipped is not None and not r.problems for r in self.results
+            ),
             "findings": by_code,
         }
 
@@ -328,6 +342,11 @@ def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
     results += [
         _workload(w, policy, lookup) for w in snapshot.workloads if not _covered(w, present)
     ]
+    selected = snapshot.selected_daemonsets
+    for daemonset in snapshot.daemonsets if selected is None else selected:
+        result = _daemonset(daemonset, policy, lookup)
+        if result.problems:
+            results.append(result)
     in_scope = list(scope.namespaces) if scope.namespaces else sorted(known)
     return Audit(results=results, notes=list(snapshot.notes), namespaces=in_scope)
 
@@ -441,6 +460,18 @@ def _workload(obj: Obj, policy: Policy, lookup: Callable[[str], NamespaceMeta]) 
         )
         problems.append(Problem(code=ProblemCode.REFUSED, severity="high", message=message))
     return AuditResult(obj=obj, judgement=judged, problems=tuple(problems))
+
+
+def _daemonset(obj: Obj, policy: Policy, lookup: Callable[[str], NamespaceMeta]) -> AuditResult:
+    """A DaemonSet, left alone as admission leaves it, with a problem for each template whose
+    pods nothing keeps off preemptible nodes (the engine's ``left-alone-on-preemptible``)."""
+    judged = judge(Subject(obj=obj, namespace=inventory.namespace_of(obj) or None), policy, lookup)
+    problems = tuple(
+        Problem(code=ProblemCode.LEFT_ALONE_ON_PREEMPTIBLE, severity="high", message=f.message)
+        for f in judged.decision.notes
+        if f.code is Code.LEFT_ALONE_ON_PREEMPTIBLE
+    )
+    return AuditResult(obj=obj, judgement=judged, problems=problems)
 
 
 def sort_key(result: AuditResult) -> tuple[str, str, str]:

@@ -39,7 +39,7 @@ def build(audit: Audit, policy: Policy, *, now: float) -> dict[str, Obj]:
             by_namespace[result.namespace].append(result)
     reports = {}
     for namespace, results in sorted(by_namespace.items()):
-        if all(r.judgement.decision.skipped is not None for r in results):
+        if all(r.judgement.decision.skipped is not None and not r.problems for r in results):
             continue  # an excluded namespace: nothing there is preemptguard's to report
         reports[namespace] = report(namespace, results, policy, now=now)
     return reports
@@ -50,7 +50,8 @@ def report(namespace: str, results: Iterable[AuditResult], policy: Policy, *, no
     summary = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
     listed: list[Obj] = []
     for result in results:
-        if result.judgement.decision.skipped is not None:
+        # A DaemonSet is left alone (skipped) and may yet have a problem: it counts as failing.
+        if result.judgement.decision.skipped is not None and not result.problems:
             summary["skip"] += 1
         elif not result.problems:
             summary["pass"] += 1
