@@ -585,3 +585,17 @@ def test_daemonsets_are_reported_as_the_label_selector_says(
     result = auditing.audit(snap, policy, scope)
     expected = {"DaemonSet/team/proxy": ["left-alone-on-preemptible"]} if reported else {}
     assert _problems(result) == expected
+
+
+def test_a_daemonset_takes_its_class_from_its_namespace_as_its_pods_would(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    fake.put(namespace("front", **{"together.ai/default-workload": "serving"}))
+    fake.put(namespace("team"))
+    unclassified = template(**SELECTOR, **TOLERATE)
+    for ns in ("front", "team"):
+        fake.put(owned("DaemonSet", "cache", ns, spec={"selector": {}, "template": unclassified}))
+    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    assert _problems(result) == {"DaemonSet/front/cache": ["left-alone-on-preemptible"]}
+    (problem,) = result.findings[0].problems
+    assert "class serving must run on standard nodes" in problem.message
