@@ -16,8 +16,7 @@ from webhook import engine
 from webhook.admission import priorities
 from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
 from webhook.engine.decision import AdmissionOperation, Context, Decision, Obj, Requester
-from webhook.engine.evaluation import kinds_of, namespace_of, untouched
-from webhook.engine.findings import Code
+from webhook.engine.evaluation import judges_templates, kinds_of, namespace_of, untouched
 from webhook.engine.patch import PatchOp, make_patch
 from webhook.engine.policy import Policy
 from webhook.engine.scheduling import PriorityLookup
@@ -127,24 +126,19 @@ def judge(
 
 
 _NONE = NamespaceMeta()
-_LEFT_ALONE_KINDS = frozenset({Code.DAEMONSET, Code.IGNORED_KIND})
-_JUDGED = frozenset({"CREATE", "UPDATE"})
 
 
 def _namespace(
     subject: Subject, policy: Policy, context: Context, namespaces: NamespaceLookup
 ) -> NamespaceMeta:
     # Whatever the engine leaves alone on the request alone (a DELETE, an excluded namespace,
-    # a kind it does not know) needs no namespace: do not make the server read one. A kind
-    # the policy leaves alone (DaemonSets) is the exception: its templates are still judged,
-    # for the warning that nothing keeps their pods off preemptible nodes, and their class
-    # may be the namespace's default.
+    # a kind it does not know) needs no namespace: do not make the server read one, unless
+    # the engine still judges its templates (a DaemonSet's, see judges_templates).
     namespace = namespace_of(subject.obj, context)
     if namespace is None:
         return _NONE
     skip = untouched(subject.obj, policy, context)
-    templates_judged = skip is not None and skip.code in _LEFT_ALONE_KINDS
-    if skip is not None and not (templates_judged and context.operation in _JUDGED):
+    if skip is not None and not judges_templates(skip, context.operation):
         return _NONE
     meta = namespaces(namespace)
     return meta if meta.annotations or meta.labels else _NONE

@@ -43,7 +43,14 @@ from webhook.engine.workloads import (
     workload_kind,
 )
 
-__all__ = ["PLACEMENT_ANNOTATION", "evaluate", "kinds_of", "namespace_of", "untouched"]
+__all__ = [
+    "PLACEMENT_ANNOTATION",
+    "evaluate",
+    "judges_templates",
+    "kinds_of",
+    "namespace_of",
+    "untouched",
+]
 
 
 def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
@@ -111,6 +118,18 @@ def _untouched(
     return None
 
 
+def judges_templates(skip: Finding, operation: str) -> bool:
+    """Whether the templates of an object left alone for ``skip`` are still judged: those of
+    a kind the policy leaves alone (DaemonSets), created or updated, for the warning that
+    nothing keeps their pods off preemptible nodes. Their class may be their namespace's
+    default, so whoever judges them must give the namespace too."""
+    # Those codes come from kind.ignore alone (see _untouched).
+    return skip.code in _IGNORED_KIND and operation in ("CREATE", "UPDATE")
+
+
+_IGNORED_KIND = frozenset({Code.DAEMONSET, Code.IGNORED_KIND})
+
+
 def _left_alone(
     obj: Obj,
     kind: WorkloadKind,
@@ -123,9 +142,7 @@ def _left_alone(
     standard nodes but which require preemptible ones: their pods are not checked either, so
     nothing keeps them off; said as a warning, the object being allowed as the policy says.
     Not for an object left alone for another reason (its namespace is excluded)."""
-    # Those codes come from kind.ignore alone (see _untouched).
-    ignored = skip.code in (Code.DAEMONSET, Code.IGNORED_KIND)
-    if not ignored or ctx.operation not in ("CREATE", "UPDATE"):
+    if not judges_templates(skip, ctx.operation):
         return ()
     found, _ = templates_of(obj, kind, kinds_of(policy))
     notes = []
