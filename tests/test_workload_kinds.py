@@ -259,6 +259,44 @@ def test_partial_templates_are_checked_but_never_placed() -> None:
     assert d.refusals[0].code is Code.REQUIRES_PREEMPTIBLE
 
 
+def _trainjob_patches(*pods: dict[str, Any]) -> dict[str, Any]:
+    """A TrainJob whose runtime patches lay ``pods`` (partial pod templates) over its runtime's."""
+    patches = [
+        {"manager": "example.com/me", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}
+        for pod in pods
+    ]  # fmt: skip
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "tj", "namespace": "ml"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "runtimePatches": patches}}  # fmt: skip
+
+
+SERVING = {"annotations": {"together.ai/workload": "serving"}}
+
+
+@pytest.mark.parametrize("spec", ["left out", None], ids=["no-spec", "null-spec"])
+def test_a_partial_template_may_leave_its_spec_out(spec: str | None) -> None:
+    pod: dict[str, Any] = {"metadata": SERVING}
+    if spec != "left out":
+        pod["spec"] = spec
+    d = evaluate(_trainjob_patches(pod), POLICY, Context(namespace="ml"))
+    assert d.allowed, d.refusals
+    assert [p.classification.name for p in d.parts] == ["serving"]
+    assert not d.changes
+
+
+def test_a_partial_template_without_a_spec_does_not_hide_another_ones_refusal() -> None:
+    pinned = {
+        "metadata": SERVING,
+        "spec": {"nodeSelector": {"together.ai/compute-class": "preemptible"}},
+    }
+    for pods in ([pinned, {"metadata": SERVING}], [{"metadata": SERVING}, pinned]):
+        d = evaluate(_trainjob_patches(*pods), POLICY, Context(namespace="ml"))
+        assert not d.allowed
+        assert [r.code for r in d.refusals] == [Code.REQUIRES_PREEMPTIBLE]
+
+
 # --- template defaults and roles -------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ duplicate keys, and bodies that are not JSON at all.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ DAEMONSET_CONTROLLERS = (
 )
 
 # Where each kind keeps its pod (template); kinds not listed keep none the webhook knows of.
-TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+TEMPLATE_PATHS: dict[str, tuple[str | int, ...]] = {
     "Pod": (),
     "Deployment": ("spec", "template"),
     "StatefulSet": ("spec", "template"),
@@ -46,6 +47,21 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "PodTemplate": ("template",),
     "RayCluster": ("spec", "headGroupSpec", "template"),
     "PyTorchJob": ("spec", "pytorchReplicaSpecs", "Master", "template"),
+    # Partial templates: patches laid over templates their operators keep, spec optional.
+    "TrainJob": (
+        "spec",
+        "runtimePatches",
+        0,
+        "trainingRuntimeSpec",
+        "template",
+        "spec",
+        "replicatedJobs",
+        0,
+        "template",
+        "spec",
+        "template",
+    ),
+    "JobFlow": ("spec", "flows", 0, "patch", "jobSpec", "tasks", 0, "template"),
     "Widget": ("spec", "template"),
 }
 KIND_GROUPS: dict[str, tuple[str, str]] = {
@@ -59,8 +75,12 @@ KIND_GROUPS: dict[str, tuple[str, str]] = {
     "PodTemplate": ("", "v1"),
     "RayCluster": ("ray.io", "v1"),
     "PyTorchJob": ("kubeflow.org", "v1"),
+    "TrainJob": ("trainer.kubeflow.org", "v1alpha1"),
+    "JobFlow": ("flow.volcano.sh", "v1alpha1"),
     "Widget": ("example.com", "v1alpha1"),
 }
+# Kinds whose template is partial (see TEMPLATE_PATHS).
+PARTIAL_KINDS = frozenset({"TrainJob", "JobFlow"})
 STANDARD_CLASSES = ("serving", "coordinator", "login")
 CLASSES = ("interruptible", "flexible", *STANDARD_CLASSES)
 
@@ -186,15 +206,23 @@ def pod_of(box: Box) -> dict[str, Any] | None:
         return None
     kind = obj.get("kind")
     path = TEMPLATE_PATHS.get(kind if isinstance(kind, str) else "Pod", ("spec", "template"))
-    node = obj
-    for part in path:
-        nxt = node.get(part)
-        if nxt is None:
-            nxt = node[part] = {}
-        if not isinstance(nxt, dict):
-            return None
+    node: Any = obj
+    for part, after in itertools.pairwise((*path, "")):
+        empty: Any = [] if isinstance(after, int) else {}
+        if isinstance(part, int):
+            if not isinstance(node, list):
+                return None
+            if len(node) <= part:
+                node.extend({} for _ in range(part + 1 - len(node)))
+            nxt = node[part]
+        else:
+            if not isinstance(node, dict):
+                return None
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = empty
         node = nxt
-    return node
+    return node if isinstance(node, dict) else None
 
 
 def spec_of(box: Box) -> dict[str, Any] | None:
@@ -790,12 +818,24 @@ def kind_change(rng: random.Random, doc: Any, box: Box) -> str:
         new["spec"] = template["spec"]
         new["metadata"] = dict(outer_meta, **meta)
     else:
-        node = new
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
+        node: Any = new
+        for part, after in itertools.pairwise(path):
+            empty: Any = [{} for _ in range(after + 1)] if isinstance(after, int) else {}
+            if isinstance(part, int):
+                node[part] = empty
+                node = node[part]
+            else:
+                node = node.setdefault(part, empty)
         node[path[-1]] = template
     box["object"] = new
     label = f"kind:{kind}:{group or 'core'}"
+    if kind in PARTIAL_KINDS and rng.random() < 0.5:
+        # A partial template may leave its spec out, or hold it as null.
+        if rng.random() < 0.5:
+            del template["spec"]
+        else:
+            template["spec"] = None
+        label += ":spec-left-out"
     request_kind = box.get("kind")
     if isinstance(request_kind, dict):
         mismatch = rng.random() < 0.1

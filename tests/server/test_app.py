@@ -261,3 +261,39 @@ def test_the_timeout_is_read_as_the_query_parser_reads_it(query: str) -> None:
     environ = {"QUERY_STRING": query, "wsgi.input": io.BytesIO()}
     expected = dict(parse_qsl(query)).get("timeout")
     assert hook_request(environ).timeout == expected
+
+
+def test_a_workload_with_a_partial_template_without_a_spec_is_answered() -> None:
+    """A partial template (a patch laid over an operator's template) may hold only metadata;
+    an error answer would let the object in, the webhook failing open."""
+    serving = {"annotations": {"together.ai/workload": "serving"}}
+    pinned = {
+        "metadata": serving,
+        "spec": {"nodeSelector": {"together.ai/compute-class": "preemptible"}},
+    }
+    patches = [
+        {"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": pod}}}]}}}}
+        for pod in (pinned, {"metadata": serving})
+    ]  # fmt: skip
+    trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "tj", "namespace": "team-a"},
+                "spec": {"runtimeRef": {"name": "torch"}, "runtimePatches": patches}}  # fmt: skip
+    review = with_object(fixture("create-deployment-serve-validate"), trainjob)
+    review["request"]["kind"] = {
+        "group": "trainer.kubeflow.org",
+        "version": "v1alpha1",
+        "kind": "TrainJob",
+    }
+    review["request"]["resource"] = {
+        "group": "trainer.kubeflow.org",
+        "version": "v1alpha1",
+        "resource": "trainjobs",
+    }
+    client = client_for(create_app(builtin_policy))
+    response = review_of(client, "/validate", review)["response"]
+    assert response["allowed"] is False
+    assert "requires preemptible capacity" in response["status"]["message"]
+    del patches[0]
+    response = review_of(client, "/validate", review)["response"]
+    assert response["allowed"] is True

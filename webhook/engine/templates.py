@@ -77,7 +77,7 @@ def judge_template(
         )
     wclass = policy.classes[name]
     budget = grace_budget(facts.annotations, policy)
-    checked = check(template["spec"], wclass, policy, budget)
+    checked = check(_spec(template), wclass, policy, budget)
     scheduling, missing = plan_scheduling(wclass, priority_classes)
     refusals = (*checked.refusals, *((missing,) if missing is not None else ()))
     if refusals or scheduling is None:
@@ -90,6 +90,15 @@ def judge_template(
         priority_classes=priority_classes,
     )
     return Judged(classification=verdict.classification, notes=tuple(notes), plan=plan)
+
+
+def _spec(template: Obj) -> Obj:
+    """The template's spec; ``{}`` for a partial template that leaves it out (a patch laid
+    over a template its operator keeps may hold only metadata): nothing there to check, and
+    partial templates are never placed. A pod or full template without one was refused
+    before it got here, and the shape check leaves only a mapping or null."""
+    spec = template.get("spec")
+    return spec if isinstance(spec, dict) else {}
 
 
 def place_template(template: Obj, plan: Plan, policy: Policy, *, is_pod: bool) -> Placement:
