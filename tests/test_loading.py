@@ -406,3 +406,54 @@ def test_a_pipe_named_as_a_file_is_read_once(tmp_path: Path) -> None:
         ]
     finally:
         os.close(read_end)
+
+
+# --- numbers as kubectl sends them ---------------------------------------------------------
+
+# (as written in YAML, as the API server gets it from kubectl): kubectl reads YAML as Go's
+# YAML reader does (an exponent makes a float, points and signs optional) and sends JSON, in
+# which a whole float below 1e21 is written without its fraction.
+KUBECTL_NUMBERS = [
+    ("300", 300),
+    ("300.0", 300),
+    ("1e2", 100),
+    ("1.5e2", 150),
+    ("+1E+2", 100),
+    ("-.5", -0.5),
+    ("300.5", 300.5),
+    ("1e21", 1e21),
+    ("1_000", 1000),
+    ("'300.0'", "300.0"),
+    ("v1e2", "v1e2"),
+    ("1e", "1e"),
+    ("1.2.3", "1.2.3"),
+]
+
+
+@pytest.mark.parametrize(("written", "sent"), KUBECTL_NUMBERS)
+def test_numbers_are_read_as_kubectl_sends_them(tmp_path: Path, written: str, sent: object) -> None:
+    (doc,) = items(
+        [str(write(tmp_path / "p.yaml", f"apiVersion: v1\nkind: Pod\nspec: {{n: {written}}}\n"))]
+    )
+    assert isinstance(doc, Document)
+    value = doc.obj["spec"]["n"]
+    assert (value, type(value)) == (sent, type(sent))
+
+
+@pytest.mark.parametrize(("written", "sent"), [("300.0", 300), ("1e2", 100), ("300.5", 300.5)])
+def test_json_numbers_are_read_as_kubectl_sends_them(
+    tmp_path: Path, written: str, sent: object
+) -> None:
+    (doc,) = items(
+        [
+            str(
+                write(
+                    tmp_path / "p.json",
+                    f'{{"apiVersion": "v1", "kind": "Pod", "spec": {{"n": {written}}}}}',
+                )
+            )
+        ]
+    )
+    assert isinstance(doc, Document)
+    value = doc.obj["spec"]["n"]
+    assert (value, type(value)) == (sent, type(sent))

@@ -60,7 +60,12 @@ _FAST = _scanner(_SKIPPED_NESTING)
 _EXACT = _scanner(0)
 
 
-def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> Any:
+def loads(
+    data: bytes | str,
+    *,
+    object_pairs_hook: PairsHook | None = None,
+    parse_float: Callable[[str], Any] | None = None,
+) -> Any:
     """The JSON value in ``data``; raises ``ValueError`` for text that is not JSON (bytes
     that are not UTF-8 included: RFC 8259 section 8.1).
 
@@ -70,7 +75,7 @@ def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> A
     Decoding a large document makes many containers; see ``collector.paused`` for keeping the
     garbage collector from walking them again and again.
     """
-    if object_pairs_hook is None and not _long_integer(data):
+    if object_pairs_hook is None and parse_float is None and not _long_integer(data):
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -78,7 +83,7 @@ def loads(data: bytes | str, *, object_pairs_hook: PairsHook | None = None) -> A
         else:
             if _brackets(data) <= MAX_DEPTH or _within_depth(value, MAX_DEPTH):
                 return value
-    return _loads(data, object_pairs_hook)
+    return _loads(data, object_pairs_hook, parse_float)
 
 
 # orjson reads an integer beyond 64 bits as a float (10**30 as 1e+30) where Python's decoder
@@ -138,7 +143,9 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _loads(data: bytes | str, object_pairs_hook: PairsHook | None) -> Any:
+def _loads(
+    data: bytes | str, object_pairs_hook: PairsHook | None, parse_float: Callable[[str], Any] | None
+) -> Any:
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8-sig")  # strict: no UTF-16, no surrogates written as bytes
@@ -147,11 +154,19 @@ def _loads(data: bytes | str, object_pairs_hook: PairsHook | None) -> Any:
     else:
         text = data
     if _brackets(text) <= MAX_DEPTH:
-        return json.loads(text, parse_int=_bounded_int, object_pairs_hook=object_pairs_hook)
+        return json.loads(
+            text,
+            parse_int=_bounded_int,
+            parse_float=parse_float,
+            object_pairs_hook=object_pairs_hook,
+        )
     raw = text.encode("utf-8", "surrogatepass")
     try:
         return json.loads(
-            cut_deep_values(raw), parse_int=_bounded_int, object_pairs_hook=object_pairs_hook
+            cut_deep_values(raw),
+            parse_int=_bounded_int,
+            parse_float=parse_float,
+            object_pairs_hook=object_pairs_hook,
         )
     except json.JSONDecodeError as exc:
         # Positions in the shortened text mean nothing in the original.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import stat
 import tempfile
 import weakref
@@ -83,7 +84,28 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         return tag
 
 
+def _float(loader: Any, node: yaml.ScalarNode) -> Any:
+    return whole_float(yaml.SafeLoader.construct_yaml_float(loader, node))
+
+
+def whole_float(value: float) -> int | float:
+    """A number as the API server reads it from kubectl: kubectl sends a manifest as JSON, in
+    which Go writes a whole float below 1e21 without a fraction (``300.0`` as ``300``), and an
+    integer field takes it. Read as a float, ``terminationGracePeriodSeconds: 300.0`` would be
+    refused where the API server takes it."""
+    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+
+
 _Loader.add_constructor("tag:yaml.org,2002:int", bounded_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _float)
+# The floats Go's YAML reader (behind kubectl) finds where YAML 1.1 sees strings: an exponent
+# without a point or its sign (1e2, 1.5e2), a signed fraction without digits before the point
+# (-.5). Plain scalars the resolvers before it claim (300, .inf) keep their types.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9_]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?$"),
+    list("-+.0123456789"),
+)
 
 # What one input (a file, stdin) may hold: far more than any manifest set, and a stop for
 # an endless one (/dev/zero, a pipe that never closes) before it fills memory or disk.
@@ -614,14 +636,45 @@ class _Values:
 
 def _parse_json(source: str, text: str) -> Iterator[Item]:
     try:
-        value = jsondoc.loads(text, object_pairs_hook=_unique_keys)
+        floats = _Floats()
+        value = jsondoc.loads(text, object_pairs_hook=_unique_keys, parse_float=floats.read)
     except json.JSONDecodeError as exc:
         yield InputError(source=source, line=exc.lineno, message=f"not valid JSON: {exc.msg}")
         return
     except ValueError as exc:  # a duplicate key, or an error in a deeply nested document
         yield InputError(source=source, line=None, message=f"not valid JSON: {exc}")
         return
+    if floats.whole and not _is_review(value):
+        value = _whole_floats(value)
     yield from _objects(source, 1, value)
+
+
+class _Floats:
+    """Reads JSON fractions, noting whether one was whole."""
+
+    def __init__(self) -> None:
+        self.whole = False
+
+    def read(self, text: str) -> float:
+        value = float(text)
+        self.whole = self.whole or value.is_integer()
+        return value
+
+
+def _is_review(value: object) -> bool:
+    # What an API server sent, read as the webhook reads it (it never writes 300.0 for 300).
+    return isinstance(value, dict) and value.get("kind") == "AdmissionReview"
+
+
+def _whole_floats(value: Any) -> Any:
+    """``value`` with its whole floats made integers (see ``whole_float``)."""
+    if isinstance(value, float):
+        return whole_float(value)
+    if isinstance(value, dict):
+        return {k: _whole_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_floats(v) for v in value]
+    return value
 
 
 class _DuplicateKey(ValueError):
