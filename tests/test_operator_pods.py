@@ -325,3 +325,75 @@ def test_a_template_whose_pods_would_not_get_its_class_is_warned_about(tmp_path:
     for _, obj in SAMPLES:
         d = evaluate(obj, POLICY, Context(namespace="inference"))
         assert all(f.code is not Code.CLASS_NOT_INHERITED for p in d.parts for f in p.notes)
+
+
+# --- the first pod of a template, which its operator makes the job's master ------------------
+
+TF_LABELS = {"training.kubeflow.org/operator-name": "tfjob-controller",
+             "training.kubeflow.org/replica-type": "worker"}  # fmt: skip
+MASTER = {"training.kubeflow.org/job-role": "master"}
+
+
+def _tfjob(worker_spec: dict[str, Any], *, chief: bool) -> dict[str, Any]:
+    worker = {"metadata": {"annotations": {"together.ai/workload": "interruptible"}},
+              "spec": {"containers": [{"name": "tf", "image": "tf:2"}], **worker_spec}}  # fmt: skip
+    replicas: dict[str, Any] = {"Worker": {"replicas": 4, "template": worker}}
+    if chief:
+        replicas["Chief"] = {
+            "template": {"spec": {"containers": [{"name": "tf", "image": "tf:2"}]}}
+        }
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "mnist"},
+            "spec": {"tfReplicaSpecs": replicas}}  # fmt: skip
+
+
+def _worker_part(d: Decision) -> Any:
+    (part,) = [p for p in d.parts if p.path == "spec.tfReplicaSpecs.Worker.template"]
+    return part
+
+
+def test_worker_0_of_a_tfjob_without_a_chief_is_judged_at_apply_time_as_it_is_created() -> None:
+    """The training operator labels worker 0 the job's master when there is no chief or
+    master: it is a coordinator when created, and its template says so when applied."""
+    job = _tfjob({}, chief=False)
+    applied = evaluate(job, POLICY, Context(namespace="ml"))
+    assert applied.allowed
+    part = _worker_part(applied)
+    assert part.classification.name == "interruptible"
+    (note,) = [n for n in part.notes if n.code is Code.FIRST_POD_CLASS]
+    assert "the master" in note.message
+    assert "will be coordinator" in note.message
+    template = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    worker_0 = pod_decision(pod_from(template, {**TF_LABELS, **MASTER}, "TFJob"))
+    assert worker_0.classification.name == "coordinator"
+    worker_1 = pod_decision(pod_from(template, TF_LABELS, "TFJob"))
+    assert worker_1.classification.name == "interruptible"
+
+
+def test_worker_0_pinned_to_preemptible_nodes_is_refused_at_apply_time_as_when_created() -> None:
+    pinned = {"nodeSelector": {KEY: "preemptible"}}
+    job = _tfjob(pinned, chief=False)
+    applied = evaluate(job, POLICY, Context(namespace="ml"))
+    assert not applied.allowed
+    (refusal,) = applied.refusals
+    assert refusal.code is Code.REQUIRES_PREEMPTIBLE
+    assert "the master (the TFJob has no spec.tfReplicaSpecs.Chief or" in refusal.message
+    template = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    assert not pod_decision(pod_from(template, {**TF_LABELS, **MASTER}, "TFJob")).allowed
+    # With a chief, worker 0 is a worker like the others (the operator labels it so).
+    with_chief = evaluate(_tfjob(pinned, chief=True), POLICY, Context(namespace="ml"))
+    assert with_chief.allowed
+    assert not [n for n in _worker_part(with_chief).notes if n.code is Code.FIRST_POD_CLASS]
+    assert pod_decision(pod_from(template, TF_LABELS, "TFJob")).allowed
+
+
+def test_process_0_of_a_jaxjob_is_judged_as_its_master() -> None:
+    worker = {"metadata": {"annotations": {"together.ai/workload": "interruptible"}},
+              "spec": {"nodeSelector": {KEY: "preemptible"},
+                       "containers": [{"name": "jax", "image": "jax:1"}]}}  # fmt: skip
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "JAXJob", "metadata": {"name": "j"},
+           "spec": {"jaxReplicaSpecs": {"Worker": {"replicas": 2, "template": worker}}}}  # fmt: skip
+    applied = evaluate(job, POLICY, Context(namespace="ml"))
+    assert [r.code for r in applied.refusals] == [Code.REQUIRES_PREEMPTIBLE]
+    labels = {"training.kubeflow.org/operator-name": "jaxjob-controller",
+              "training.kubeflow.org/replica-type": "worker", **MASTER}  # fmt: skip
+    assert not pod_decision(pod_from(worker, labels, "JAXJob")).allowed

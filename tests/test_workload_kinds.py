@@ -433,6 +433,12 @@ def test_the_webhook_rules_for_a_policy_name_its_own_kinds(fleet_policy: Path) -
         ("    - {group: '', kind: Pod, templates: [{path: spec}]}\n", "Pods are built in"),
         ("    - {group: apps, kind: Deployment, templates: [{path: spec.template}]}\n", "listed twice"),
         ("    - {group: Fleet.Example, kind: Fleet, templates: [{path: spec.t}]}\n", "group"),
+        ("    - {group: fleet.example.com, kind: Fleet, templates: [{path: spec.t, firstPod: {unless: [spec.c]}}]}\n",
+         "role"),
+        ("    - {group: fleet.example.com, kind: Fleet, templates: [{path: spec.t, firstPod: {role: lead, unless: ['spec.c[*]']}}]}\n",
+         "name one field"),
+        ("    - {group: fleet.example.com, kind: Fleet, templates: [{path: spec.t, firstPod: {role: lead, unless: ['spec..c']}}]}\n",
+         "not a template path"),
     ],
 )  # fmt: skip
 def test_a_wrong_entry_is_refused_saying_what_to_change(

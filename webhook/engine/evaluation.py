@@ -15,10 +15,18 @@ from typing import Any
 from webhook.engine import hints, origins
 from webhook.engine.classify import WORKLOAD_ANNOTATION, PodFacts, classify
 from webhook.engine.decision import Classification, Context, Decision, Obj, Part
-from webhook.engine.findings import Code, Finding, finding, shorten
+from webhook.engine.findings import Code, Finding, bounded, finding, shorten
 from webhook.engine.jsoncompare import same_json
 from webhook.engine.patch import pointer
-from webhook.engine.policy import EVERY_ITEM, EVERY_VALUE, Mode, Policy, WorkloadKind
+from webhook.engine.policy import (
+    EVERY_ITEM,
+    EVERY_VALUE,
+    FirstPod,
+    Mode,
+    Policy,
+    WorkloadKind,
+    dotted,
+)
 from webhook.engine.templates import (
     PLACEMENT_ANNOTATION,
     Judged,
@@ -40,6 +48,7 @@ from webhook.engine.workloads import (
     is_pod,
     mapping_at,
     templates_of,
+    value_at,
     workload_kind,
 )
 
@@ -149,7 +158,7 @@ def _left_alone(
     for t in found:
         if t.spec.partial or not isinstance(t.template.get("spec"), dict):
             continue
-        for refusal in _judge(t, kind, policy, ctx, namespace).refusals:
+        for refusal in _judge(obj, t, kind, policy, ctx, namespace).refusals:
             if refusal.code is Code.REQUIRES_PREEMPTIBLE:
                 message = (
                     f"{kind.kind} pods are left alone ({kind.ignore}), so nothing keeps these "
@@ -244,7 +253,7 @@ def _workload(obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, base: 
     several = len(kind.templates) > 1 or any(
         EVERY_ITEM in s.path or EVERY_VALUE in s.path for s in kind.templates
     )
-    judged = [(t, _judge(t, kind, policy, ctx, base.namespace)) for t in found]
+    judged = [(t, _judge(obj, t, kind, policy, ctx, base.namespace)) for t in found]
     placeable = (
         []
         if _refused(judged)
@@ -275,7 +284,12 @@ def _refused(judged: list[tuple[Template, Judged]]) -> bool:
 
 
 def _judge(
-    t: Template, kind: WorkloadKind, policy: Policy, ctx: Context, namespace: str | None
+    obj: Obj,
+    t: Template,
+    kind: WorkloadKind,
+    policy: Policy,
+    ctx: Context,
+    namespace: str | None,
 ) -> Judged:
     facts = facts_of(
         t.template,
@@ -284,7 +298,16 @@ def _judge(
         owner_kind=t.owner_kind,
         origins=origins.of_template(t.spec),
     )
-    judged = judge_template(
+    judged = _judge_as(t, facts, policy, ctx)
+    if t.spec.first_pod is not None and _leads(obj, t.spec.first_pod):
+        judged = _with_first_pod(t, t.spec.first_pod, facts, judged, kind, policy, ctx)
+    if t.spec.pods is not None or facts.origins == origins.NONE or judged.plan is None:
+        return judged
+    return judged._replace(notes=(*judged.notes, *_not_inherited(facts, judged, kind, policy)))
+
+
+def _judge_as(t: Template, facts: PodFacts, policy: Policy, ctx: Context) -> Judged:
+    return judge_template(
         t.template,
         facts,
         policy,
@@ -292,9 +315,46 @@ def _judge(
         location=t.where,
         priority_classes=ctx.priority_classes,
     )
-    if t.spec.pods is not None or facts.origins == origins.NONE or judged.plan is None:
-        return judged
-    return judged._replace(notes=(*judged.notes, *_not_inherited(facts, judged, kind, policy)))
+
+
+def _leads(obj: Obj, first: FirstPod) -> bool:
+    """Whether the first pod made from the template plays ``first.role``: no other template
+    that would is in the object."""
+    return all(value_at(obj, parts) is None for parts in first.unless)
+
+
+def _with_first_pod(
+    t: Template,
+    first: FirstPod,
+    facts: PodFacts,
+    judged: Judged,
+    kind: WorkloadKind,
+    policy: Policy,
+    ctx: Context,
+) -> Judged:
+    """The template judged as its first pod too, which its operator makes the job's
+    ``first.role``: refused if that pod would be, said when it gets another class."""
+    lead = _judge_as(
+        t, facts._replace(origins=origins.with_role(facts.origins, first.role)), policy, ctx
+    )
+    name = lead.classification.name
+    if name == judged.classification.name:
+        return judged  # judged alike: the same refusals, or none
+    absent = " or ".join(dotted(p) for p in first.unless)
+    why = f"the {kind.kind} operator makes the first pod of this template the {first.role}"
+    why += f" (the {kind.kind} has no {absent})" if absent else ""
+    source = lead.classification.source
+    if lead.refusals:
+        refusals = tuple(
+            r._replace(message=bounded(f"{why}, so it is {name} ({source}): {r.message}"))
+            for r in lead.refusals
+        )
+        return judged._replace(refusals=(*judged.refusals, *refusals), plan=None)
+    message = (
+        f"{why}: that pod will be {name} ({source}) and placed as such, the others "
+        f"{judged.classification.name or 'unclassified'}"
+    )
+    return judged._replace(notes=(*judged.notes, finding(Code.FIRST_POD_CLASS, message)))
 
 
 def _not_inherited(

@@ -42,6 +42,7 @@ class Code(enum.StrEnum):
     ANNOTATION_MISPLACED = "annotation-misplaced"
     ANNOTATION_OUT_OF_REACH = "annotation-out-of-reach"
     CLASS_NOT_INHERITED = "class-not-inherited"
+    FIRST_POD_CLASS = "first-pod-class"
     LEFT_ALONE_ON_PREEMPTIBLE = "left-alone-on-preemptible"
     GRACE_LOWERED = "grace-lowered"
     TEMPLATE_SUMMARY = "template-summary"

@@ -43,6 +43,11 @@ def of_template(spec: TemplateSpec) -> Origins:
     return Origins(roles, (default,))
 
 
+def with_role(found: Origins, role: str) -> Origins:
+    """``found`` for a pod that plays ``role`` instead (see ``FirstPod``)."""
+    return found._replace(roles=frozenset((role,)))
+
+
 def of_pod(pod: Obj, policy: Policy) -> Origins:
     """A pod: the templates whose pods carry its labels."""
     labels = mapping_at(pod, "metadata", "labels")

@@ -152,6 +152,7 @@ class TemplateSpec:
     runtimePatches): checked for what they ask, never given a placement. ``pods`` is how
     the pods its operator makes from it are known when they are created (the labels the
     operator sets): they get its role and default class too, which they do not carry.
+    ``first_pod``: the first of its pods plays another role (see ``FirstPod``).
     """
 
     path: tuple[str, ...]
@@ -161,10 +162,21 @@ class TemplateSpec:
     embedded: bool = False
     partial: bool = False
     pods: PodSelector | None = None
+    first_pod: FirstPod | None = None
 
     @property
     def dotted(self) -> str:
         return dotted(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstPod:
+    """The first pod an operator makes from a template plays another ``role`` (a TFJob's
+    worker 0 is its master when it has no chief): the template is judged as that role too.
+    Not when the object holds a value at one of the ``unless`` paths (the chief's template)."""
+
+    role: str
+    unless: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

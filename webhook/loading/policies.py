@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from webhook.engine.policy import (
+    EVERY_ITEM,
+    EVERY_VALUE,
+    FirstPod,
     LabelRequirement,
     Match,
     Mode,
@@ -195,7 +198,27 @@ def _template(
         embedded=raw.get("embedded", False),
         partial=raw.get("partial", False),
         pods=_pods(doc, source, (*at, "podSelector"), raw),
+        first_pod=_first_pod(doc, source, (*at, "firstPod"), raw.get("firstPod")),
     )
+
+
+def _first_pod(
+    doc: Located, source: str, at: tuple[str | int, ...], raw: Mapping[str, Any] | None
+) -> FirstPod | None:
+    if raw is None:
+        return None
+    unless = []
+    for i, text in enumerate(raw.get("unless", [])):
+        where = (*at, "unless", i)
+        try:
+            parts = parse_path(text)
+        except ValueError as exc:
+            raise PolicyError(source, doc.line_of(where), _dotted(where), str(exc)) from None
+        if any(p in (EVERY_ITEM, EVERY_VALUE) for p in parts):
+            message = f"{text}: name one field, without [*] or *"
+            raise PolicyError(source, doc.line_of(where), _dotted(where), message)
+        unless.append(parts)
+    return FirstPod(role=raw["role"], unless=tuple(unless))
 
 
 def _pods(
