@@ -433,10 +433,16 @@ KUBECTL_NUMBERS = [
 @pytest.mark.parametrize(("written", "sent"), KUBECTL_NUMBERS)
 def test_numbers_are_read_as_kubectl_sends_them(tmp_path: Path, written: str, sent: object) -> None:
     (doc,) = items(
-        [str(write(tmp_path / "p.yaml", f"apiVersion: v1\nkind: Pod\nspec: {{n: {written}}}\n"))]
+        [
+            str(
+                write(
+                    tmp_path / "p.yaml", f"apiVersion: v1\nkind: Pod\nspec: {{value: {written}}}\n"
+                )
+            )
+        ]
     )
     assert isinstance(doc, Document)
-    value = doc.obj["spec"]["n"]
+    value = doc.obj["spec"]["value"]
     assert (value, type(value)) == (sent, type(sent))
 
 
@@ -449,11 +455,126 @@ def test_json_numbers_are_read_as_kubectl_sends_them(
             str(
                 write(
                     tmp_path / "p.json",
-                    f'{{"apiVersion": "v1", "kind": "Pod", "spec": {{"n": {written}}}}}',
+                    f'{{"apiVersion": "v1", "kind": "Pod", "spec": {{"value": {written}}}}}',
                 )
             )
         ]
     )
     assert isinstance(doc, Document)
-    value = doc.obj["spec"]["n"]
+    value = doc.obj["spec"]["value"]
     assert (value, type(value)) == (sent, type(sent))
+
+
+# --- YAML read as kubectl reads it (go-yaml v2, through sigs.k8s.io/yaml) --------------------
+
+
+def _value(tmp_path: Path, written: str) -> object:
+    (doc,) = items(
+        [
+            str(
+                write(
+                    tmp_path / "c.yaml", f"apiVersion: v1\nkind: ConfigMap\ndata:\n  v: {written}\n"
+                )
+            )
+        ]
+    )
+    assert isinstance(doc, Document), doc
+    return doc.obj["data"]["v"]
+
+
+@pytest.mark.parametrize(
+    ("written", "sent"),
+    [
+        ("2024-01-01", "2024-01-01"),  # YAML 1.1: a date
+        ("2024-02-30", "2024-02-30"),  # YAML 1.1: a date that cannot be, which stopped the run
+        ("1:30", "1:30"),  # YAML 1.1: 90
+        ("y", True),
+        ("N", False),
+        ("on", True),
+        ("0o17", 15),
+        ("017", 15),
+        ("0x1F", 31),
+        ("=", "="),
+        ("<<", "<<"),
+        ("!foo bar", "bar"),
+        ("!!binary aGVsbG8=", "hello"),
+        ("!!bool y", True),
+        ("!!str 300", "300"),
+        ("1.2.3", "1.2.3"),
+        ("99999999999999999999", 100000000000000000000),  # over 64 bits: a float, sent whole
+        ("1" * 400, "1" * 400),  # too large even for a float: text
+        ("~", None),
+    ],
+)
+def test_scalars_are_read_as_kubectl_reads_them(tmp_path: Path, written: str, sent: object) -> None:
+    value = _value(tmp_path, written)
+    assert (value, type(value)) == (sent, type(sent))
+
+
+def test_keys_are_written_as_kubectl_sends_them(tmp_path: Path) -> None:
+    assert _value(tmp_path, "{1: a, 2.5: b, ~: c, y: d, plain: e}") == {
+        "1": "a", "2.5": "b", "null": "c", "true": "d", "plain": "e"}  # fmt: skip
+    (error,) = items(
+        [str(write(tmp_path / "k.yaml", "kind: ConfigMap\ndata: {true: a, yes: b}\n"))]
+    )
+    assert isinstance(error, InputError)
+    assert error.message == "not valid YAML: duplicate key 'true' (written 'yes')"
+
+
+def test_a_merge_key_acts_where_it_stands(tmp_path: Path) -> None:
+    """go-yaml merges in order: a merge replaces the keys before it, the keys after it
+    replace what it brought; of a list of mappings the first wins; two merges both apply."""
+    common = "&c {together.ai/workload: interruptible, x: '1'}"
+    text = (
+        f"apiVersion: v1\nkind: ConfigMap\ndata:\n  base: {common}\n"
+        "  before: {together.ai/workload: serving, <<: *c}\n"
+        "  after: {<<: *c, together.ai/workload: serving}\n"
+        "  listed: {<<: [{a: '1'}, {a: '2', b: '3'}]}\n"
+        "  twice: {<<: {a: '1'}, b: '2', <<: {c: '3'}}\n"
+    )
+    (doc,) = items([str(write(tmp_path / "m.yaml", text))])
+    assert isinstance(doc, Document)
+    data = doc.obj["data"]
+    assert data["before"] == {"together.ai/workload": "interruptible", "x": "1"}
+    assert data["after"] == {"together.ai/workload": "serving", "x": "1"}
+    assert data["listed"] == {"a": "1", "b": "3"}
+    assert data["twice"] == {"a": "1", "b": "2", "c": "3"}
+
+
+def test_a_value_that_cannot_be_read_is_a_problem_of_its_document_alone(tmp_path: Path) -> None:
+    text = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {n: !!int abc}\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n"
+    )
+    error, doc = items([str(write(tmp_path / "t.yaml", text))])
+    assert isinstance(error, InputError)
+    assert (error.line, error.message) == (
+        4, "not valid YAML: 'abc' (tagged !!int) is not an integer; quote it, or drop the tag")  # fmt: skip
+    assert isinstance(doc, Document)
+    assert doc.obj["metadata"]["name"] == "b"
+
+
+def test_list_items_have_their_own_lines_and_a_typed_lists_kind(tmp_path: Path) -> None:
+    text = "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: a}\n\n- metadata: {name: b}\n"
+    found = items([str(write(tmp_path / "l.yaml", text))])
+    assert [(d.line, d.obj["apiVersion"], d.obj["kind"]) for d in found if isinstance(d, Document)] == [
+        (4, "v1", "Pod"), (6, "v1", "Pod")]  # fmt: skip
+
+
+def test_a_json_file_is_read_as_kubectl_reads_it(tmp_path: Path) -> None:
+    pod = '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "%s"}}'
+    stream = write(tmp_path / "s.json", "\ufeff" + pod % "a" + "\n" + pod % "b" + "\n")
+    yaml_inside = write(tmp_path / "y.json", "apiVersion: v1\nkind: Pod\nmetadata: {name: c}\n")
+    found = items([str(stream), str(yaml_inside)])
+    assert [(d.line, d.obj["metadata"]["name"]) for d in found if isinstance(d, Document)] == [
+        (1, "a"), (2, "b"), (1, "c")]  # fmt: skip
+
+
+def test_a_link_to_nothing_in_a_folder_is_said(tmp_path: Path) -> None:
+    write(tmp_path / "a.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n")
+    (tmp_path / "gone.yaml").symlink_to(tmp_path / "missing.yaml")
+    found = items([str(tmp_path)])
+    assert [type(f).__name__ for f in found] == ["Document", "InputError"]
+    assert isinstance(found[1], InputError)
+    assert found[1].source.endswith("gone.yaml")
+    assert "does not exist" in found[1].message

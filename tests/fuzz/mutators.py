@@ -1397,6 +1397,25 @@ def _manifest_objects(rng: random.Random) -> list[dict[str, Any]]:
     return objects
 
 
+def _go_dumper() -> Any:
+    """PyYAML's safe dumper quoting every string that kubectl's reader (go-yaml) would take
+    for something else (y, 0o17, 1e2) as well as those YAML 1.1 would: the text it writes is
+    read as the objects it was given, by kubectl and by check alike."""
+    import yaml
+
+    from webhook.loading import goyaml
+
+    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    resolvers = {k: list(v) for k, v in base.yaml_implicit_resolvers.items()}
+    for tag, pattern, first in goyaml.IMPLICIT:
+        for char in first:
+            resolvers.setdefault(char, []).append((tag, pattern))
+    return type("GoSafeDumper", (base,), {"yaml_implicit_resolvers": resolvers})
+
+
+_GO_DUMPER = _go_dumper()
+
+
 def _yaml_text(rng: random.Random, docs: list[Any]) -> str:
     import yaml
 
@@ -1404,8 +1423,7 @@ def _yaml_text(rng: random.Random, docs: list[Any]) -> str:
     for doc in docs:
         try:
             if rng.random() < 0.7:
-                dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-                parts.append(yaml.dump(doc, Dumper=dumper, allow_unicode=rng.random() < 0.5))
+                parts.append(yaml.dump(doc, Dumper=_GO_DUMPER, allow_unicode=rng.random() < 0.5))
                 continue
         except (yaml.YAMLError, RecursionError, TypeError, ValueError):
             pass

@@ -16,9 +16,9 @@ device) is copied to a temporary file as it is first read, and read again from t
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
-import re
 import stat
 import tempfile
 import weakref
@@ -31,11 +31,11 @@ from typing import IO, Any, ClassVar, Protocol, TextIO
 import yaml
 
 from webhook.engine.decision import Obj
+from webhook.engine.findings import shorten
 from webhook.engine.podshape import describe
-from webhook.loading import jsondoc
+from webhook.loading import goyaml, jsondoc
 from webhook.loading.yamlnodes import (
     alias_problem,
-    bounded_int,
     problem_line,
     refuse_duplicate_keys,
 )
@@ -46,22 +46,21 @@ STDIN_NAME = "<stdin>"
 
 # libyaml parses many times faster than the pure-Python parser; fall back when it is absent.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_STR_TAG = "tag:yaml.org,2002:str"
+_STR_TAG = goyaml.STR_TAG
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MAP_TAG = "tag:yaml.org,2002:map"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
 _Scalar, _Sequence = yaml.ScalarNode, yaml.SequenceNode
-# The first characters of the plain scalars some implicit resolver (bool, int, float, null,
-# timestamp, merge, ...) may claim; any other plain scalar is a string.
-_RESOLVED_FIRST = frozenset(_BaseLoader.yaml_implicit_resolvers)
-assert None not in _RESOLVED_FIRST  # no resolver for any first character
 assert not _BaseLoader.yaml_path_resolvers
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    """The safe loader, with the calls it makes for every node made cheap. No path resolver
-    is registered, so what a node resolves to depends on its kind and text alone, and the
-    composer's descending and ascending track nothing: they are C callables doing nothing."""
+    """The safe loader reading scalars as kubectl does (``goyaml``), with the calls it makes
+    for every node made cheap. No path resolver is registered, so what a node resolves to
+    depends on its kind and text alone, and the composer's descending and ascending track
+    nothing: they are C callables doing nothing."""
+
+    # Go's YAML types, not YAML 1.1's (see goyaml).
+    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, Any]]]] = {}
 
     # Plain scalars that a resolver may claim ("300", "true", "nvidia.com/gpu") repeat from
     # object to object: what each resolves to is remembered, up to a bound (names, unique to
@@ -84,28 +83,14 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         return tag
 
 
-def _float(loader: Any, node: yaml.ScalarNode) -> Any:
-    return whole_float(yaml.SafeLoader.construct_yaml_float(loader, node))
-
-
-def whole_float(value: float) -> int | float:
-    """A number as the API server reads it from kubectl: kubectl sends a manifest as JSON, in
-    which Go writes a whole float below 1e21 without a fraction (``300.0`` as ``300``), and an
-    integer field takes it. Read as a float, ``terminationGracePeriodSeconds: 300.0`` would be
-    refused where the API server takes it."""
-    return int(value) if value.is_integer() and abs(value) < 1e21 else value
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", bounded_int)
-_Loader.add_constructor("tag:yaml.org,2002:float", _float)
-# The floats Go's YAML reader (behind kubectl) finds where YAML 1.1 sees strings: an exponent
-# without a point or its sign (1e2, 1.5e2), a signed fraction without digits before the point
-# (-.5). Plain scalars the resolvers before it claim (300, .inf) keep their types.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\.[0-9_]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?$"),
-    list("-+.0123456789"),
-)
+for _tag, _pattern, _first in goyaml.IMPLICIT:
+    _Loader.add_implicit_resolver(_tag, _pattern, _first)
+# The first characters of the plain scalars some implicit resolver may claim; any other
+# plain scalar is a string.
+_RESOLVED_FIRST = frozenset(_Loader.yaml_implicit_resolvers)
+assert None not in _RESOLVED_FIRST  # no resolver for any first character
+for _known, _construct in goyaml.CONSTRUCTORS.items():
+    _Loader.add_constructor(_known, _construct)
 
 # What one input (a file, stdin) may hold: far more than any manifest set, and a stop for
 # an endless one (/dev/zero, a pipe that never closes) before it fills memory or disk.
@@ -438,11 +423,12 @@ def sources(paths: Sequence[str], stdin: TextIO) -> list[Source | InputError]:
             found.append(Source(name=STDIN_NAME, stdin=stdin))
             continue
         path = Path(raw)
-        files = _folder_files(path) if path.is_dir() else [path]
-        if path.is_dir() and not files:
+        files, broken = _folder_files(path) if path.is_dir() else ([path], [])
+        if path.is_dir() and not files and not broken:
             problem = f"no {', '.join(MANIFEST_SUFFIXES)} files in this folder"
             found.append(InputError(source=raw, line=None, message=problem))
         found += [Source(name=str(file), path=file) for file in files]
+        found += [InputError(source=str(link), line=None, message=_BROKEN) for link in broken]
     return found
 
 
@@ -520,17 +506,33 @@ def _read_json(source: str, stream: _Readable) -> Iterator[Item]:
         yield InputError(source=source, line=None, message=_TOO_LARGE)
         return
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         message = f"cannot read: not UTF-8 text (byte {exc.start})"
         yield InputError(source=source, line=None, message=message)
         return
     del data
-    yield from _parse_json(source, text)
+    if not text.lstrip().startswith(("{", "[")):
+        # As kubectl, whatever the file's name: what does not start as JSON is YAML.
+        yield from _parse_yaml(source, _Reader(io.BytesIO(text.encode()), source))
+        return
+    yield from _parse_json_stream(source, text)
 
 
-def _folder_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+def _folder_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The manifest files under ``folder``, and the links among them that lead nowhere."""
+    files, broken = [], []
+    for p in folder.rglob("*"):
+        if p.suffix not in MANIFEST_SUFFIXES:
+            continue
+        if p.is_file():
+            files.append(p)
+        elif p.is_symlink() and not p.exists():
+            broken.append(p)
+    return sorted(files), sorted(broken)
+
+
+_BROKEN = "cannot read: a symbolic link to a file that does not exist; fix or remove the link"
 
 
 def _parse_yaml(source: str, reader: _Reader) -> Iterator[Item]:
@@ -553,7 +555,7 @@ def _parse_yaml(source: str, reader: _Reader) -> Iterator[Item]:
                 message, at = problem
                 yield InputError(source=source, line=at, message=f"not usable YAML: {message}")
                 continue
-            yield from _objects(source, line, _python(loader, node))
+            yield from _document(source, loader, node, line)
         if reader.over:
             yield too_large
     except yaml.YAMLError as exc:
@@ -566,6 +568,37 @@ def _parse_yaml(source: str, reader: _Reader) -> Iterator[Item]:
         yield InputError(source=source, line=None, message="not usable YAML: nested too deeply")
     finally:
         loader.dispose()
+
+
+def _document(source: str, loader: Any, node: yaml.Node, line: int) -> Iterator[Item]:
+    """The objects of one composed document; a value in it that cannot be read (``!!int
+    abc``) is a problem of this document alone, the next ones are still read."""
+    try:
+        value = _python(loader, node)
+    except RecursionError:
+        yield InputError(source=source, line=line, message="not usable YAML: nested too deeply")
+        return
+    except yaml.YAMLError as exc:
+        reason = getattr(exc, "problem", None) or str(exc)
+        message = f"not valid YAML: {reason}"
+        yield InputError(source=source, line=problem_line(exc) or line, message=message)
+        return
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        # A constructor of PyYAML's refusing a value its own way (``!!set`` of a list).
+        message = f"not usable YAML: {type(exc).__name__}: {shorten(str(exc), 200)}"
+        yield InputError(source=source, line=line, message=message)
+        return
+    yield from _objects(source, line, value, lines=_item_lines(node))
+
+
+def _item_lines(root: yaml.Node) -> list[int] | None:
+    """The lines of the items of a List document, for what is said about each."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key, value in root.value:
+        if key.value == "items" and isinstance(value, yaml.SequenceNode):
+            return [item.start_mark.line + 1 for item in value.value]
+    return None
 
 
 def _python(loader: Any, root: yaml.Node) -> Any:
@@ -619,34 +652,83 @@ class _Values:
         return mapping
 
     def _mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
-        """A mapping with a key other than a string: a number, a merge (``<<``), a list."""
-        refuse_duplicate_keys(node)
-        if any(key.tag == _MERGE_TAG for key, _ in node.value):
-            self.loader.flatten_mapping(node)
+        """A mapping with a key other than plain text: a number, a boolean, a merge (``<<``).
+        Keys are as the JSON kubectl sends has them (``true:`` is ``"true"``), and a merge
+        acts where it stands, as in go-yaml: it replaces the keys before it, and the keys
+        after it replace what it brought."""
         mapping: dict[Any, Any] = {}
         self.made[id(node)] = mapping
+        written: set[str] = set()
         for key_node, value_node in node.value:
-            key = self.of(key_node)
-            if isinstance(key, dict | list):
+            if key_node.tag == goyaml.MERGE_TAG:
+                self._merge(mapping, value_node)
+                continue
+            key = goyaml.json_key(self.of(key_node))
+            if key is None:
                 problem = "found a mapping or a list as a key; keys must be plain values"
                 raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            if key in written:
+                shown = "" if key == key_node.value else f" (written {key_node.value!r})"
+                problem = f"duplicate key {key!r}{shown}"
+                raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
+            written.add(key)
             mapping[key] = self.of(value_node)
         return mapping
 
+    def _merge(self, mapping: dict[Any, Any], node: yaml.Node) -> None:
+        # Of a list of mappings, the first wins: go-yaml merges them from the last.
+        sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        if not all(isinstance(n, yaml.MappingNode) for n in sources):
+            problem = "<< must be followed by a mapping, or a list of mappings, to merge in"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
+        for source in reversed(sources):
+            mapping.update(self.of(source))
 
-def _parse_json(source: str, text: str) -> Iterator[Item]:
+
+def _parse_json_stream(source: str, text: str) -> Iterator[Item]:
+    """The objects of a JSON file: one value, or several one after the other (as
+    ``kubectl get -o json`` output concatenated), as kubectl reads them."""
+    starts = _json_starts(text)
+    if len(starts) <= 1:
+        yield from _parse_json(source, text)
+        return
+    for start, end in itertools.pairwise([*starts, len(text)]):
+        line = text.count("\n", 0, start) + 1
+        yield from _parse_json(source, text[start:end], line)
+
+
+def _json_starts(text: str) -> list[int]:
+    """Where each of the JSON values in ``text`` starts; ``[0]`` when it is one value or not
+    JSON at all (the parse then says why)."""
+    decoder = json.JSONDecoder()
+    starts, at = [], 0
+    try:
+        while at < len(text):
+            while at < len(text) and text[at] in " \t\r\n":
+                at += 1
+            if at == len(text):
+                break
+            starts.append(at)
+            _, at = decoder.raw_decode(text, at)
+    except (ValueError, RecursionError):
+        return [0]
+    return starts or [0]
+
+
+def _parse_json(source: str, text: str, line: int = 1) -> Iterator[Item]:
     try:
         floats = _Floats()
         value = jsondoc.loads(text, object_pairs_hook=_unique_keys, parse_float=floats.read)
     except json.JSONDecodeError as exc:
-        yield InputError(source=source, line=exc.lineno, message=f"not valid JSON: {exc.msg}")
+        at = line + exc.lineno - 1
+        yield InputError(source=source, line=at, message=f"not valid JSON: {exc.msg}")
         return
     except ValueError as exc:  # a duplicate key, or an error in a deeply nested document
-        yield InputError(source=source, line=None, message=f"not valid JSON: {exc}")
+        yield InputError(source=source, line=line, message=f"not valid JSON: {exc}")
         return
     if floats.whole and not _is_review(value):
         value = _whole_floats(value)
-    yield from _objects(source, 1, value)
+    yield from _objects(source, line, value)
 
 
 class _Floats:
@@ -669,7 +751,7 @@ def _is_review(value: object) -> bool:
 def _whole_floats(value: Any) -> Any:
     """``value`` with its whole floats made integers (see ``whole_float``)."""
     if isinstance(value, float):
-        return whole_float(value)
+        return goyaml.whole_float(value)
     if isinstance(value, dict):
         return {k: _whole_floats(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -693,7 +775,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _objects(source: str, line: int, value: Any, where: str = "") -> Iterator[Item]:
+def _objects(
+    source: str, line: int, value: Any, where: str = "", *, lines: list[int] | None = None
+) -> Iterator[Item]:
+    """The objects of a document: itself, or the items of a List (``lines``: theirs)."""
     if value is None and not where:
         return
     if not isinstance(value, dict):
@@ -702,15 +787,31 @@ def _objects(source: str, line: int, value: Any, where: str = "") -> Iterator[It
         return
     items = value.get("items")
     if _is_list(value) and isinstance(items, list):
-        # kubectl prints `kind: List`; the API returns PodList, DeploymentList, ...
+        # kubectl prints `kind: List`; the API returns PodList, DeploymentList, ... whose
+        # items need not say what they are: kubectl takes it from the list.
         for i, item in enumerate(items):
-            yield from _objects(source, line, item, f"{where}items[{i}]: ")
+            at = lines[i] if lines is not None and i < len(lines) else line
+            yield from _objects(source, at, _typed_item(value, item), f"{where}items[{i}]: ")
         return
     invalid = _object_problem(value)
     if invalid:
         yield InputError(source=source, line=line, message=where + invalid)
     else:
         yield Document(obj=value, source=source, line=line)
+
+
+def _typed_item(listed: Obj, item: Any) -> Any:
+    """An item of a typed list (a PodList) with the apiVersion and kind the list gives it,
+    where it has none, as kubectl reads it."""
+    kind = listed["kind"].removesuffix("List")
+    if not kind or not isinstance(item, dict) or (item.get("kind") and item.get("apiVersion")):
+        return item
+    typed = dict(item)
+    if not typed.get("kind"):
+        typed["kind"] = kind
+    if not typed.get("apiVersion") and isinstance(listed.get("apiVersion"), str):
+        typed["apiVersion"] = listed["apiVersion"]
+    return typed
 
 
 def _is_list(obj: Obj) -> bool:
