@@ -151,7 +151,35 @@ def deep_and_dense(target: int = TARGET) -> dict[str, Any]:
     return pod
 
 
-SLOW_PODS: dict[str, Callable[[], dict[str, Any]]] = {
+def _with_chains(pod: dict[str, Any], target: int, depth: int) -> dict[str, Any]:
+    """``pod`` with a managed-fields entry holding lists nested ``depth`` levels, as many as
+    fit ``target`` bytes."""
+    chain: Any = []
+    for _ in range(depth - 1):
+        chain = [chain]
+    chains = [chain] * max(1, target // (2 * depth + 1))
+    pod["metadata"]["managedFields"] = [
+        {"manager": "x", "operation": "Update", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:y": chains}}
+    ]  # fmt: skip
+    return pod
+
+
+def deep_chains_under_the_cut(target: int = TARGET) -> dict[str, Any]:
+    """Lists nested just past ``MAX_DEPTH`` once inside the review, as many as fit: too deep
+    for the scanner to skip, each of them, and read in full up to the cut."""
+    return _with_chains(base_pod("chains"), target, 199)
+
+
+def deep_chains_unread_fast(target: int = TARGET) -> dict[str, Any]:
+    """Lists nested past what any decoder goes, with a lone surrogate that keeps orjson from
+    reading the review: the text is cut bracket by bracket, the costliest reading there is."""
+    pod = base_pod("unread")
+    pod["metadata"]["annotations"]["example.com/note"] = "\ud800"
+    return _with_chains(pod, target, 1_100)
+
+
+SLOW_PODS: dict[str, Callable[..., dict[str, Any]]] = {
     "many-values": many_values,
     "many-expressions": many_expressions,
     "too-many-terms": too_many_terms,
@@ -161,6 +189,8 @@ SLOW_PODS: dict[str, Callable[[], dict[str, Any]]] = {
     "many-annotations": many_annotations,
     "deep-managed-fields": deep_managed_fields,
     "deep-and-dense": deep_and_dense,
+    "deep-chains-under-the-cut": deep_chains_under_the_cut,
+    "deep-chains-unread-fast": deep_chains_unread_fast,
 }
 
 

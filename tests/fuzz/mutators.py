@@ -1280,7 +1280,7 @@ BULK_TARGETS = (600 * 1024, 1024 * 1024, 2 * 1024 * 1024, adversarial.TARGET)
 @functools.lru_cache(maxsize=6)
 def _bulk_review(name: str, target: int) -> dict[str, Any]:
     builder = adversarial.SLOW_PODS[name]
-    pod = builder() if name.startswith("deep") else builder(target)  # type: ignore[call-arg]
+    pod = builder() if name.startswith("deep") else builder(target)
     fields = pod["metadata"].get("managedFields")
     if fields is not None:  # deep: written once here rather than piece by piece later
         pod["metadata"]["managedFields"] = Raw(adversarial.encode(fields).decode())

@@ -241,3 +241,24 @@ def test_a_child_still_starting_costs_a_review_no_more_than_its_deadline() -> No
         assert outcome.admission.review["response"]["allowed"] is True
     finally:
         process.stop()
+
+
+@pytest.mark.parametrize(
+    ("timeout", "padding"), [("1s", 2 * 2**20), ("3s", int(6.9 * 2**20))]
+)  # fmt: skip
+def test_a_review_too_large_for_any_deadline_is_refused_as_such_not_as_busy(
+    offloaded: Offload, timeout: str, padding: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retrying cannot help a review that would not fit its deadline with nothing else to
+    check: it is refused at once saying so, and never handed to the offload process."""
+    review = fixture("create-pod-sweep-mutate")
+    body = json.dumps(review).encode() + b" " * padding
+    monkeypatch.setattr(offloaded, "run", lambda *args, **kwargs: pytest.fail("offloaded"))
+    client = app_client(offloaded)
+    reply = client.post(f"/mutate?timeout={timeout}", data=body, content_type="application/json")
+    assert reply.status_code == 200
+    response = reply.get_json()["response"]
+    assert (response["uid"], response["allowed"]) == (review["request"]["uid"], False)
+    assert response["status"]["code"] == 413
+    assert "too large to check before the webhook times out" in response["status"]["message"]
+    assert "retrying will not help" in response["status"]["message"]

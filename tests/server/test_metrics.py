@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
 from tests.server.helpers import ServerProcess, fixture
+from webhook import exposition
 from webhook.server import certs
 from webhook.server.metrics import Metrics
 
@@ -59,3 +68,34 @@ def test_policy_info_has_one_series_for_the_policy_in_use() -> None:
         if line.startswith("preemptguard_policy_info{")
     ]
     assert series == ['preemptguard_policy_info{mode="warn",name="default"} 1.0']
+
+
+def test_idle_connections_to_the_metrics_port_hold_no_thread_for_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The endpoint has no authentication: clients that connect and send nothing whole get
+    at most ``MAX_CONNECTIONS`` threads, each for ``READ_TIMEOUT_SECONDS``."""
+    monkeypatch.setattr(exposition, "READ_TIMEOUT_SECONDS", 0.5)
+    registry = CollectorRegistry()
+    Counter("scraped_total", "A counter to find in the scrape.", registry=registry).inc()
+    endpoint = exposition.serve_registry(registry, "127.0.0.1", 0)
+    idle: list[socket.socket] = []
+    try:
+        before = threading.active_count()
+        for _ in range(4 * exposition.MAX_CONNECTIONS):
+            conn = socket.create_connection(("127.0.0.1", endpoint.port))
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n")
+            idle.append(conn)
+        time.sleep(0.2)
+        assert threading.active_count() - before <= exposition.MAX_CONNECTIONS
+        deadline = time.monotonic() + 5
+        while threading.active_count() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() <= before
+        url = f"http://127.0.0.1:{endpoint.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert b"scraped_total 1.0" in reply.read()
+    finally:
+        for conn in idle:
+            conn.close()
+        endpoint.close()

@@ -104,11 +104,11 @@ class Burst:
     errors: list[BaseException] = field(default_factory=list)
 
 
-def burst(server: ServerProcess, tag: str) -> Burst:
+def burst(server: ServerProcess, tag: str, review: bytes = SLOW_REVIEW) -> Burst:
     """``BURST`` slow reviews, each on its own connection and sent at once, and ordinary
     reviews one after another on another connection until the slow ones are answered."""
-    assert MEDIUM_BODY_BYTES < len(SLOW_REVIEW) <= LARGE_BODY_BYTES
-    slow = {f"{tag}-slow-{i}": with_uid(SLOW_REVIEW, f"{tag}-slow-{i}") for i in range(BURST)}
+    assert MEDIUM_BODY_BYTES < len(review) <= LARGE_BODY_BYTES
+    slow = {f"{tag}-slow-{i}": with_uid(review, f"{tag}-slow-{i}") for i in range(BURST)}
     result = Burst()
     lock = threading.Lock()
     start = threading.Barrier(BURST + 1)
@@ -194,6 +194,24 @@ def test_a_burst_of_slow_reviews_is_answered_in_time(one_worker: ServerProcess) 
     lines = logged(one_worker, "shipped-slow-", BURST)
     assert sum(line["outcome"] == "busy" for line in lines) == busy
     assert [line for line in lines if line["duration_ms"] >= TIMEOUT_MS] == []
+
+
+@pytest.mark.parametrize("shape", ["deep-chains-under-the-cut", "deep-chains-unread-fast"])
+def test_a_burst_of_reviews_nested_to_be_slow_is_answered_in_time(
+    one_worker: ServerProcess, shape: str
+) -> None:
+    """Lists nested past the depth cut cost more than their size says: each is reckoned by
+    the containers it opens, and every one is answered before the API server gives up."""
+    review = adversarial.encode(adversarial.review_of(adversarial.SLOW_PODS[shape](480 * 1024)))
+    result = burst(one_worker, shape, review)
+    assert not result.errors, result.errors
+    busy = busy_or_refused(result.slow)
+    assert busy < BURST  # some were read and checked in full
+    lines = logged(one_worker, f"{shape}-slow-", BURST)
+    assert sum(line["outcome"] == "busy" for line in lines) == busy
+    assert [line for line in lines if line["duration_ms"] >= TIMEOUT_MS] == []
+    ordinary = logged(one_worker, f"{shape}-ordinary-", len(result.ordinary))
+    assert [line for line in ordinary if line["duration_ms"] >= TIMEOUT_MS] == []
 
 
 def test_more_slow_reviews_at_once_than_their_share_of_the_time_are_refused_as_busy(

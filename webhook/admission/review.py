@@ -218,7 +218,8 @@ def unreadable(problem: UnreadableRequest) -> AdmissionReview:
 
 def refused_unread(api_version: str, uid: str, message: str, code: int) -> AdmissionReview:
     """Refuse a review read no further than its ``envelope``."""
-    status: Status = {"code": code, "reason": "TooManyRequests", "message": message}
+    reason = "RequestEntityTooLarge" if code == 413 else "TooManyRequests"
+    status: Status = {"code": code, "reason": reason, "message": message}
     return {
         "apiVersion": api_version,
         "kind": REVIEW_KIND,

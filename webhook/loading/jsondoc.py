@@ -25,6 +25,7 @@ __all__ = [
     "UNREAD",
     "UNREAD_DEEP",
     "UNREAD_NUMBER",
+    "containers",
     "cut_deep_values",
     "dumps",
     "dumps_indented",
@@ -81,8 +82,9 @@ def loads(
         except orjson.JSONDecodeError:
             pass
         else:
-            if _brackets(data) <= MAX_DEPTH or _within_depth(value, MAX_DEPTH):
-                return value
+            if containers(data) > MAX_DEPTH:
+                _cut_deep_containers(value, MAX_DEPTH)
+            return value
     return _loads(data, object_pairs_hook, parse_float)
 
 
@@ -103,26 +105,32 @@ def _long_integer(data: bytes | str) -> bool:
     return b"0" * _LONG_RUN in data.translate(_DIGITS_AS_ZERO)
 
 
-def _brackets(data: bytes | str) -> int:
-    """How many containers ``data`` opens at most: no deeper nesting is possible. Counting
-    is far cheaper than walking, and an ordinary review opens a few dozen."""
+def containers(data: bytes | str) -> int:
+    """How many containers ``data`` opens at most (brackets in strings count too): no deeper
+    nesting is possible. Counting is far cheaper than walking, and an ordinary review opens a
+    few dozen."""
     if isinstance(data, str):
         return data.count("[") + data.count("{")
     return data.count(b"[") + data.count(b"{")
 
 
-def _within_depth(value: Any, limit: int) -> bool:
-    """Whether no container in ``value`` is nested deeper than ``limit`` (no recursion)."""
+def _cut_deep_containers(value: Any, limit: int) -> None:
+    """Replace, in ``value``, every container nested deeper than ``limit`` by ``UNREAD_DEEP``,
+    as ``cut_deep_values`` does in the text: one walk over what orjson made (no recursion),
+    where cutting the text would scan it bracket by bracket and parse it again."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        deep = []
+        for key, child in items:
             if isinstance(child, (dict, list)):
                 if depth >= limit:
-                    return False
-                stack.append((child, depth + 1))
-    return True
+                    deep.append(key)
+                else:
+                    stack.append((child, depth + 1))
+        for key in deep:
+            node[key] = UNREAD_DEEP
 
 
 def dumps_indented(value: Any) -> str:
@@ -153,13 +161,20 @@ def _loads(
             raise ValueError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
     else:
         text = data
-    if _brackets(text) <= MAX_DEPTH:
-        return json.loads(
+    deep = containers(text) > MAX_DEPTH
+    try:
+        value = json.loads(
             text,
             parse_int=_bounded_int,
             parse_float=parse_float,
             object_pairs_hook=object_pairs_hook,
         )
+    except RecursionError:
+        pass  # nested deeper than the decoder goes: cut in the text, then read
+    else:
+        if deep:
+            _cut_deep_containers(value, MAX_DEPTH)
+        return value
     raw = text.encode("utf-8", "surrogatepass")
     try:
         return json.loads(

@@ -45,6 +45,14 @@ ANSWER_MARGIN_MIN = 0.4
 # process, cost the base besides (a process to talk to, the answer pickled back).
 SECONDS_PER_MIB = 0.35
 BASE_SECONDS = 0.15
+# And this much for each container the body opens, whatever its size: the costliest shapes
+# are containers nested past the depth the decoders go (cut in the text, bracket by bracket,
+# about 1 us each alone: tests/adversarial.py), twice over for room. A review taken on in a
+# thread cannot be stopped, so its estimate must hold for the worst shape; the offload
+# process is stopped at the deadline, so there the estimate only decides whether to try
+# (0.5 us: the slowest 3 MiB shape, 1.5 s, still tried within a 3 s timeout).
+SECONDS_PER_CONTAINER = 2e-6
+OFFLOADED_SECONDS_PER_CONTAINER = 0.5e-6
 # Reviews answered in a thread cost this base instead: an ordinary review takes 0.2 ms; the
 # slowest shapes of 40-510 KiB in tests/adversarial.py up to 0.2 s/MiB alone, and 0.1 s/MiB
 # each while 16 are read at once with the collector paused (0.5 s/MiB with it on).
@@ -77,14 +85,17 @@ class Deadline:
         return self.at - time.monotonic()
 
 
-def expected_seconds(body_bytes: int) -> float:
-    """A generous estimate of the time a large review takes to answer."""
-    return BASE_SECONDS + SECONDS_PER_MIB * body_bytes / 2**20
+def expected_seconds(body_bytes: int, containers: int = 0) -> float:
+    """An estimate of the time a large review takes to answer in the offload process
+    (``containers``: the lists and mappings its body opens)."""
+    per_container = OFFLOADED_SECONDS_PER_CONTAINER * containers
+    return BASE_SECONDS + SECONDS_PER_MIB * body_bytes / 2**20 + per_container
 
 
-def thread_seconds(body_bytes: int) -> float:
+def thread_seconds(body_bytes: int, containers: int = 0) -> float:
     """A generous estimate of the time a review answered in a thread takes."""
-    return THREAD_BASE_SECONDS + SECONDS_PER_MIB * body_bytes / 2**20
+    per_container = SECONDS_PER_CONTAINER * containers
+    return THREAD_BASE_SECONDS + SECONDS_PER_MIB * body_bytes / 2**20 + per_container
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -138,11 +149,12 @@ class WorkLedger:
         self._medium_backlog = 0.0
         self._drained_at = clock()
 
-    def enter(self, body_bytes: int, deadline: Deadline) -> Work | Refusal:
-        """Take on a review of ``body_bytes`` due by ``deadline``, or say why not; the thread
-        that takes it on leaves with it."""
+    def enter(self, body_bytes: int, deadline: Deadline, containers: int = 0) -> Work | Refusal:
+        """Take on a review of ``body_bytes`` (opening ``containers``) due by ``deadline``, or
+        say why not; the thread that takes it on leaves with it."""
         medium = body_bytes > self.medium_bytes
-        work = Work(thread_seconds(body_bytes), medium, deadline.at, self._cpu_clock())
+        cost = thread_seconds(body_bytes, containers)
+        work = Work(cost, medium, deadline.at, self._cpu_clock())
         with self._lock:
             now = self._clock()
             left = work.deadline - now
@@ -190,9 +202,10 @@ class LargeReviewGate:
         self._queue_room = waiting
         self.waiting = 0
 
-    def enter(self, body_bytes: int, deadline: Deadline) -> bool:
+    def enter(self, body_bytes: int, deadline: Deadline, containers: int = 0) -> bool:
         """Take a slot, waiting while there is time to finish after; False: refuse now."""
-        if deadline.remaining() <= expected_seconds(body_bytes):
+        cost = expected_seconds(body_bytes, containers)
+        if deadline.remaining() <= cost:
             # Too late to finish even now: the offload process would be stopped mid-review
             # (and started again) for an answer that could not be used.
             return False
@@ -203,7 +216,7 @@ class LargeReviewGate:
                 return False
             self.waiting += 1
         try:
-            wait = deadline.remaining() - expected_seconds(body_bytes)
+            wait = deadline.remaining() - cost
             return wait > 0 and self._slots.acquire(timeout=wait)
         finally:
             with self._lock:

@@ -38,6 +38,8 @@ from webhook.server.gate import (
     LargeReviewGate,
     Refusal,
     WorkLedger,
+    expected_seconds,
+    thread_seconds,
     timeout_seconds,
 )
 from webhook.server.logs import get_logger
@@ -116,9 +118,15 @@ class ReviewHandler:
             body = self._body(http)
         except BadReview as exc:
             return self._bad_request(hook, http, exc, body_read=False)
-        if len(body) <= LARGE_BODY_BYTES:
-            return self._in_thread(hook, http, body, started, deadline)
-        if not self.gate.enter(len(body), deadline):
+        # The lists and mappings it opens cost more than its size says (see gate).
+        containers = jsondoc.containers(body)
+        in_thread = len(body) <= LARGE_BODY_BYTES
+        cost = (thread_seconds if in_thread else expected_seconds)(len(body), containers)
+        if cost > deadline.at - started:
+            return self._busy(hook, body, started, _NEVER_IN_TIME, code=413)
+        if in_thread:
+            return self._in_thread(hook, http, body, started, deadline, containers)
+        if not self.gate.enter(len(body), deadline, containers):
             return self._busy(hook, body, started, _LARGE_AT_ONCE)
         try:
             return self._large_review(hook, http, body, started, deadline)
@@ -126,10 +134,16 @@ class ReviewHandler:
             self.gate.leave()
 
     def _in_thread(
-        self, hook: Hook, http: HookRequest, body: bytes, started: float, deadline: Deadline
+        self,
+        hook: Hook,
+        http: HookRequest,
+        body: bytes,
+        started: float,
+        deadline: Deadline,
+        containers: int,
     ) -> Reply:
         """A review checked in this thread, if the ledger has room for it in time."""
-        work = self.ledger.enter(len(body), deadline)
+        work = self.ledger.enter(len(body), deadline, containers)
         if isinstance(work, Refusal):
             return self._busy(hook, body, started, _REFUSALS[work])
         try:
@@ -216,9 +230,10 @@ class ReviewHandler:
         log.warning("bad_request", hook=hook.value, reason=str(exc), path=path)
         return text_reply(400, str(exc), close=not body_read)
 
-    def _busy(self, hook: Hook, body: bytes, started: float, why: str) -> Reply:
+    def _busy(self, hook: Hook, body: bytes, started: float, why: str, code: int = 429) -> Reply:
         """Refuse, unread, a review that cannot be checked before the API server's deadline;
-        ``why`` takes the size of the object in KiB."""
+        ``why`` takes the size of the object in KiB. ``code``: 429, retry; 413, it will
+        never fit."""
         message = why.format(kib=f"{len(body) // 1024:,}")
         seconds = time.monotonic() - started
         self._count(hook, Outcome.BUSY, None, seconds)
@@ -236,7 +251,7 @@ class ReviewHandler:
             detail=message,
             duration_ms=round(seconds * 1000, 3),
         )
-        return json_reply(review.refused_unread(env.api_version, env.uid, message, 429))
+        return json_reply(review.refused_unread(env.api_version, env.uid, message, code))
 
     def _body(self, http: HookRequest) -> bytes:
         if http.mimetype != JSON:
@@ -329,6 +344,11 @@ class ReviewHandler:
 
 
 # Why a review was refused as busy; ``{kib}`` is the size of the object.
+_NEVER_IN_TIME = (
+    "this object ({kib} KiB) is too large to check before the webhook times out, even with "
+    "nothing else to check: retrying will not help; make it smaller (most often its "
+    "managedFields or a free-form field), or raise the webhook's timeoutSeconds"
+)
 _LARGE_AT_ONCE = (
     "preemptguard is checking other large objects and cannot check this one ({kib} KiB) "
     "before the webhook times out: retry; objects this large are rare, and more than a few "
