@@ -58,9 +58,24 @@ IMPLICIT: list[tuple[str, re.Pattern[str], list[str]]] = [
         re.compile(r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
         ["-", "+", "."],
     ),
-    (NUMBER_TAG, re.compile(r"^[-+.0-9][-+.0-9_a-zA-Z]*$"), list("-+.0123456789")),
+    (
+        NUMBER_TAG,
+        # What Go's parsers could read, with go-yaml's underscores; "500m" and "1.2.3" are
+        # left out here (text, read at once), the rest is decided by ``number``.
+        re.compile(r"^[-+]?(?:0[xXoObB][0-9a-fA-F_]+|[0-9_]*\.?[0-9_]*(?:[eE][-+]?[0-9_]+)?)$"),
+        list("-+.0123456789"),
+    ),
     (MERGE_TAG, re.compile(r"^<<$"), ["<"]),
 ]
+
+
+# The plain scalars of letters that are not text, by their tag; the only ones, so a plain
+# scalar starting with any other character than NUMERIC_FIRST is text when not among these.
+WORD_TAGS: dict[str, str] = {
+    **dict.fromkeys(_TRUE | _FALSE, BOOL_TAG),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), NULL_TAG),
+}
+NUMERIC_FIRST = frozenset("-+.0123456789<")
 
 
 def number(loader: Any, node: yaml.ScalarNode) -> int | float | str:

@@ -73,8 +73,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is not _Scalar:
             return _SEQ_TAG if kind is _Sequence else _MAP_TAG
-        if not implicit[0] or (value and value[0] not in _RESOLVED_FIRST):
-            return _STR_TAG  # quoted, or a plain scalar no resolver claims
+        if not implicit[0]:
+            return _STR_TAG  # quoted
+        if value[:1] not in _NUMERIC_FIRST:
+            return _WORD_TAGS.get(value, _STR_TAG)  # text, unless y, null, ...
         tag = self._resolved.get(value)
         if tag is None:
             tag = super().resolve(kind, value, implicit)
@@ -85,10 +87,9 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
 
 for _tag, _pattern, _first in goyaml.IMPLICIT:
     _Loader.add_implicit_resolver(_tag, _pattern, _first)
-# The first characters of the plain scalars some implicit resolver may claim; any other
-# plain scalar is a string.
-_RESOLVED_FIRST = frozenset(_Loader.yaml_implicit_resolvers)
-assert None not in _RESOLVED_FIRST  # no resolver for any first character
+_NUMERIC_FIRST, _WORD_TAGS = goyaml.NUMERIC_FIRST, goyaml.WORD_TAGS
+# Every resolver is for words or for what starts as a number (see _Loader.resolve).
+assert set(_Loader.yaml_implicit_resolvers) <= _NUMERIC_FIRST | {w[:1] for w in _WORD_TAGS}
 for _known, _construct in goyaml.CONSTRUCTORS.items():
     _Loader.add_constructor(_known, _construct)
 
