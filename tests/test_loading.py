@@ -503,6 +503,11 @@ def _value(tmp_path: Path, written: str) -> object:
         ("1.2.3", "1.2.3"),
         ("99999999999999999999", 100000000000000000000),  # over 64 bits: a float, sent whole
         ("1" * 400, "1" * 400),  # too large even for a float: text
+        ("18446744073709551616", 18446744073709552000),  # 2**64 as Go writes the float
+        ("0x1ffffffffffffffff", "0x1ffffffffffffffff"),  # over 64 bits, no float form: text
+        (".5_", ".5_"),  # ParseFloat as written: no underscore after a point
+        ("0b0b1", "0b0b1"),
+        ("0" * 70 + "17", 15),
         ("~", None),
     ],
 )
@@ -578,3 +583,19 @@ def test_a_link_to_nothing_in_a_folder_is_said(tmp_path: Path) -> None:
     assert isinstance(found[1], InputError)
     assert found[1].source.endswith("gone.yaml")
     assert "does not exist" in found[1].message
+
+
+def test_a_tag_that_does_not_fit_its_value_is_bad_input(tmp_path: Path) -> None:
+    (error,) = items([str(write(tmp_path / "i.yaml", "kind: Pod\nspec: {n: !!int 1.0}\n"))])
+    assert isinstance(error, InputError)
+    assert "'1.0' (tagged !!int) is not an integer" in error.message
+
+
+def test_each_json_value_of_a_stream_is_read_on_its_own(tmp_path: Path) -> None:
+    pod = '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "%s"}}'
+    text = pod % "a" + "\n\n" + '{"apiVersion": "v1",\n "kind": "Pod",\n "x": [1,]}' + "\n"
+    doc, error = items([str(write(tmp_path / "s.json", text))])
+    assert isinstance(doc, Document)
+    assert doc.obj["metadata"]["name"] == "a"
+    assert isinstance(error, InputError)
+    assert (error.line, error.message) == (5, "not valid JSON: Expecting value")

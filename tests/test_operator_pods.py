@@ -379,10 +379,14 @@ def test_worker_0_pinned_to_preemptible_nodes_is_refused_at_apply_time_as_when_c
     assert "the master (the TFJob has no spec.tfReplicaSpecs.Chief or" in refusal.message
     template = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
     assert not pod_decision(pod_from(template, {**TF_LABELS, **MASTER}, "TFJob")).allowed
-    # With a chief, worker 0 is a worker like the others (the operator labels it so).
+    # With a chief, worker 0 is a worker like the others (the operator labels it so); a
+    # chief named without a spec counts too, as the operator looks for the key.
     with_chief = evaluate(_tfjob(pinned, chief=True), POLICY, Context(namespace="ml"))
     assert with_chief.allowed
     assert not [n for n in _worker_part(with_chief).notes if n.code is Code.FIRST_POD_CLASS]
+    named = _tfjob(pinned, chief=False)
+    named["spec"]["tfReplicaSpecs"]["Chief"] = None
+    assert evaluate(named, POLICY, Context(namespace="ml")).allowed
     assert pod_decision(pod_from(template, TF_LABELS, "TFJob")).allowed
 
 

@@ -25,7 +25,7 @@ from webhook.errors import NamespaceUnknown, OffloadFailed
 from webhook.loading.policies import builtin_policy
 from webhook.server import logs, offload
 from webhook.server.app import create_app
-from webhook.server.gate import LARGE_BODY_BYTES, LargeReviewGate
+from webhook.server.gate import LARGE_BODY_BYTES, MEDIUM_BODY_BYTES, LargeReviewGate
 from webhook.server.offload import Offload
 
 POLICY = builtin_policy()
@@ -262,3 +262,21 @@ def test_a_review_too_large_for_any_deadline_is_refused_as_such_not_as_busy(
     assert response["status"]["code"] == 413
     assert "too large to check before the webhook times out" in response["status"]["message"]
     assert "retrying will not help" in response["status"]["message"]
+
+
+def test_a_medium_review_over_its_share_of_any_deadline_is_refused_as_too_large(
+    offloaded: Offload,
+) -> None:
+    """Reviews over 64 KiB may take half the time left: one whose cost is over half its whole
+    deadline is turned away however idle the server is, so it is told so, not to retry."""
+    pod = adversarial.deep_chains_under_the_cut(300 * 1024)
+    body = adversarial.encode(adversarial.review_of(pod, uid="medium"))
+    assert MEDIUM_BODY_BYTES < len(body) <= LARGE_BODY_BYTES
+    client = app_client(offloaded)
+    reply = client.post("/mutate?timeout=1s", data=body, content_type="application/json")
+    response = reply.get_json()["response"]
+    assert (response["uid"], response["allowed"]) == ("medium", False)
+    assert response["status"]["code"] == 413
+    assert "retrying will not help" in response["status"]["message"]
+    reply = client.post("/mutate?timeout=3s", data=body, content_type="application/json")
+    assert reply.get_json()["response"]["status"]["code"] == 403  # checked: the engine's

@@ -319,8 +319,13 @@ def _judge_as(t: Template, facts: PodFacts, policy: Policy, ctx: Context) -> Jud
 
 def _leads(obj: Obj, first: FirstPod) -> bool:
     """Whether the first pod made from the template plays ``first.role``: no other template
-    that would is in the object."""
-    return all(value_at(obj, parts) is None for parts in first.unless)
+    that would is in the object (named, even as null: the operator looks for the key)."""
+    return not any(_named(obj, parts) for parts in first.unless)
+
+
+def _named(obj: Obj, parts: tuple[str, ...]) -> bool:
+    parent = value_at(obj, parts[:-1])
+    return isinstance(parent, dict) and parts[-1] in parent
 
 
 def _with_first_pod(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import decimal
 import math
 import re
 from collections.abc import Callable
@@ -45,6 +46,13 @@ _SPECIAL_FLOATS: dict[str, float] = {
 }
 # go-yaml's yamlStyleFloat, on the text without its underscores.
 _GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+_BASES = {"0x": 16, "0o": 8, "0b": 2}
+_DIGITS = {
+    2: frozenset("01"),
+    8: frozenset("01234567"),
+    10: frozenset("0123456789"),
+    16: frozenset("0123456789abcdefABCDEF"),
+}
 _INT64 = range(-(2**63), 2**63)
 _UINT64 = range(2**64)
 
@@ -82,7 +90,10 @@ def number(loader: Any, node: yaml.ScalarNode) -> int | float | str:
     """A plain scalar that looks like a number, as go-yaml reads it: an integer of 64 bits
     (signed, or unsigned), else a float of YAML's form that fits 64 bits, else text."""
     text = node.value
-    plain = text.replace("_", "")
+    # go-yaml drops underscores, but for text starting with a point, which it gives to
+    # ParseFloat as written: an underscore there is not a number.
+    dotted = text.startswith(".")
+    plain = ("" if "_" in text else text) if dotted else text.replace("_", "")
     whole = _go_integer(plain)
     if whole is not None:
         return whole
@@ -98,28 +109,28 @@ def whole_float(value: float) -> int | float:
     which Go writes a whole float below 1e21 without a fraction (``300.0`` as ``300``), and an
     integer field takes it. Read as a float, ``terminationGracePeriodSeconds: 300.0`` would be
     refused where the API server takes it."""
-    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if not value.is_integer() or abs(value) >= 1e21:
+        return value
+    # Go writes the shortest digits that read back as the value (2**64 as
+    # 18446744073709552000): the integer the API server reads is those digits.
+    return int(value) if abs(value) < 2**53 else int(decimal.Decimal(repr(value)))
 
 
 def _go_integer(plain: str) -> int | None:
     """``strconv.ParseInt(plain, 0, 64)``, then ``ParseUint``: None where both fail."""
     sign, digits = (plain[0], plain[1:]) if plain[:1] in ("-", "+") else ("", plain)
-    if len(digits) > 66:  # more than 64 binary digits and a prefix: out of range anyway
-        return None
-    prefix = digits[:2].lower()
-    base = {"0x": 16, "0o": 8, "0b": 2}.get(prefix)
+    base = _BASES.get(digits[:2].lower())
     if base is not None:
         digits = digits[2:]
     elif len(digits) > 1 and digits[0] == "0":
         base = 8
     else:
         base = 10
-    if not digits or not digits.isalnum() or not digits.isascii():
+    # Digits of the base only (Python's int() would take a second prefix, "0b0b1"), and no
+    # more than 64 bits' worth: out of range anyway.
+    if not digits or not set(digits) <= _DIGITS[base] or len(digits.lstrip("0")) > 64:
         return None
-    try:
-        value = int(digits, base)
-    except ValueError:
-        return None
+    value = int(digits, base)
     value = -value if sign == "-" else value
     if value in _INT64 or (not sign and value in _UINT64):
         return value
@@ -139,10 +150,10 @@ def null(loader: Any, node: yaml.ScalarNode) -> None:
         raise _cannot(node, "null")
 
 
-def tagged_int(loader: Any, node: yaml.ScalarNode) -> int | float:
-    """``!!int``: as a number, and refused if it is not an integer."""
-    value = number(loader, node)
-    if isinstance(value, int):
+def tagged_int(loader: Any, node: yaml.ScalarNode) -> int:
+    """``!!int``: an integer as Go's parsers read one (``1.0`` is a float: refused)."""
+    value = _go_integer(node.value.replace("_", ""))
+    if value is not None:
         return value
     raise _cannot(node, "an integer")
 
@@ -167,14 +178,10 @@ def binary(loader: Any, node: yaml.ScalarNode) -> str:
     return data.decode("utf-8", "replace")
 
 
-def as_written(loader: Any, node: yaml.Node) -> Any:
-    """A node under a tag go-yaml does not know (``!foo``, ``!!timestamp``): a scalar is its
-    text, a list or a mapping as if untagged."""
-    if isinstance(node, yaml.ScalarNode):
-        return str(node.value)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node)
-    return loader.construct_mapping(node)
+def as_written(loader: Any, node: yaml.ScalarNode) -> str:
+    """A scalar under a tag go-yaml does not know (``!foo``, ``!!timestamp``): its text.
+    (Lists and mappings are read whatever their tag: see ``manifests._Values``.)"""
+    return str(node.value)
 
 
 def json_key(key: object) -> str | None:

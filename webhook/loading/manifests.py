@@ -693,14 +693,17 @@ def _parse_json_stream(source: str, text: str) -> Iterator[Item]:
     if len(starts) <= 1:
         yield from _parse_json(source, text)
         return
+    line, counted = 1, 0
     for start, end in itertools.pairwise([*starts, len(text)]):
-        line = text.count("\n", 0, start) + 1
+        line += text.count("\n", counted, start)
+        counted = start
         yield from _parse_json(source, text[start:end], line)
 
 
 def _json_starts(text: str) -> list[int]:
-    """Where each of the JSON values in ``text`` starts; ``[0]`` when it is one value or not
-    JSON at all (the parse then says why)."""
+    """Where each of the JSON values in ``text`` starts, as far as they can be told apart:
+    the value that cannot be read (not JSON, or nested too deep to find its end) runs to the
+    end of the text, and its parse says why."""
     decoder = json.JSONDecoder()
     starts, at = [], 0
     try:
@@ -712,7 +715,7 @@ def _json_starts(text: str) -> list[int]:
             starts.append(at)
             _, at = decoder.raw_decode(text, at)
     except (ValueError, RecursionError):
-        return [0]
+        pass
     return starts or [0]
 
 

@@ -173,6 +173,13 @@ class WorkLedger:
             self._in_hand.append(work)
             return work
 
+    def never_fits(self, body_bytes: int, containers: int, seconds: float) -> bool:
+        """Whether a review would be turned away with nothing else in hand, given ``seconds``
+        in all: no retry can get it in."""
+        cost = thread_seconds(body_bytes, containers)
+        share = self.medium_share if body_bytes > self.medium_bytes else 1.0
+        return cost > share * seconds
+
     def leave(self, work: Work) -> None:
         """The review taken on as ``work`` is answered (or failed)."""
         used = self._cpu_clock() - work.cpu_at_start

@@ -39,7 +39,6 @@ from webhook.server.gate import (
     Refusal,
     WorkLedger,
     expected_seconds,
-    thread_seconds,
     timeout_seconds,
 )
 from webhook.server.logs import get_logger
@@ -120,12 +119,12 @@ class ReviewHandler:
             return self._bad_request(hook, http, exc, body_read=False)
         # The lists and mappings it opens cost more than its size says (see gate).
         containers = jsondoc.containers(body)
-        in_thread = len(body) <= LARGE_BODY_BYTES
-        cost = (thread_seconds if in_thread else expected_seconds)(len(body), containers)
-        if cost > deadline.at - started:
-            return self._busy(hook, body, started, _NEVER_IN_TIME, code=413)
-        if in_thread:
+        if len(body) <= LARGE_BODY_BYTES:
+            if self.ledger.never_fits(len(body), containers, deadline.at - started):
+                return self._busy(hook, body, started, _NEVER_IN_TIME, code=413)
             return self._in_thread(hook, http, body, started, deadline, containers)
+        if expected_seconds(len(body), containers) > deadline.at - started:
+            return self._busy(hook, body, started, _NEVER_IN_TIME, code=413)
         if not self.gate.enter(len(body), deadline, containers):
             return self._busy(hook, body, started, _LARGE_AT_ONCE)
         try:
