@@ -599,3 +599,10 @@ def test_each_json_value_of_a_stream_is_read_on_its_own(tmp_path: Path) -> None:
     assert doc.obj["metadata"]["name"] == "a"
     assert isinstance(error, InputError)
     assert (error.line, error.message) == (5, "not valid JSON: Expecting value")
+
+
+def test_a_review_is_read_whole_as_the_webhook_reads_a_body(tmp_path: Path) -> None:
+    review = '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}'
+    (error,) = items([str(write(tmp_path / "r.json", review + " {}"))])
+    assert isinstance(error, InputError)
+    assert error.message.startswith("not valid JSON: Extra data")

@@ -690,7 +690,8 @@ def _parse_json_stream(source: str, text: str) -> Iterator[Item]:
     """The objects of a JSON file: one value, or several one after the other (as
     ``kubectl get -o json`` output concatenated), as kubectl reads them."""
     starts = _json_starts(text)
-    if len(starts) <= 1:
+    if len(starts) <= 1 or _is_review(_first_value(text, starts)):
+        # One value; or a review, read whole as the webhook reads a body (more is not JSON).
         yield from _parse_json(source, text)
         return
     line, counted = 1, 0
@@ -698,6 +699,13 @@ def _parse_json_stream(source: str, text: str) -> Iterator[Item]:
         line += text.count("\n", counted, start)
         counted = start
         yield from _parse_json(source, text[start:end], line)
+
+
+def _first_value(text: str, starts: list[int]) -> object:
+    try:
+        return json.loads(text[starts[0] : starts[1]])
+    except (ValueError, RecursionError):
+        return None
 
 
 def _json_starts(text: str) -> list[int]:
