@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 
 from tests import adversarial
 from tests.server.helpers import ServerProcess, client_context, fixture
+from webhook.admission import review
 from webhook.admission.hooks import Hook
 from webhook.admission.namespaces import NamespaceMeta, no_namespaces
 from webhook.admission.priorities import offline
@@ -280,3 +281,19 @@ def test_a_medium_review_over_its_share_of_any_deadline_is_refused_as_too_large(
     assert "retrying will not help" in response["status"]["message"]
     reply = client.post("/mutate?timeout=3s", data=body, content_type="application/json")
     assert reply.get_json()["response"]["status"]["code"] == 403  # checked: the engine's
+
+
+@pytest.mark.parametrize(
+    ("written", "uid"), [('"705ab4f5-6393-11e8"', "705ab4f5-6393-11e8"), (r'"a\nb\u00e9"', "a\nbé")]
+)  # fmt: skip
+def test_a_refusal_unread_echoes_the_uid_as_the_request_has_it(written: str, uid: str) -> None:
+    """Reviews refused without being read (too large, busy) still answer their uid, whatever
+    JSON escapes it holds, so that the refusal is an answer and not an HTTP error."""
+    body = (
+        '{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":'
+        + written
+        + ',"namespace":"team-a","operation":"CREATE"}}'
+    ).encode()
+    env = review.envelope(body)
+    assert env is not None
+    assert (env.uid, env.namespace) == (uid, "team-a")

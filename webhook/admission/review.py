@@ -174,7 +174,8 @@ def _identified(api_version: str, uid: str, raw: dict[str, Any]) -> Request:
 # ``parse_review``, which checks what this assumed.
 _ENVELOPE = re.compile(
     rb'\A\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*'
-    rb'"(admission\.k8s\.io/v1(?:beta1)?)"\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([-\w.:]{1,128})"'
+    rb'"(admission\.k8s\.io/v1(?:beta1)?)"\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*'
+    rb'("(?:[^"\\\x00-\x1f]|\\.){1,1024}")'
 )
 _NAMESPACE = re.compile(rb'"namespace"\s*:\s*"([-a-z0-9]{1,63})"')
 _OPERATION = re.compile(rb'"operation"\s*:')
@@ -196,13 +197,18 @@ def envelope(body: bytes) -> Envelope | None:
     match = _ENVELOPE.match(body)
     if match is None:
         return None
+    try:
+        # A JSON string, escapes and all: the uid is echoed exactly as the request has it.
+        uid = json.loads(match.group(2))
+    except ValueError:
+        return None
     rest = match.end()
     operation = _OPERATION.search(body, rest, rest + _PREAMBLE_BYTES)
     namespace = None
     if operation is not None:
         found = _NAMESPACE.search(body, rest, operation.start())
         namespace = found.group(1).decode() if found else None
-    return Envelope(match.group(1).decode(), match.group(2).decode(), namespace)
+    return Envelope(match.group(1).decode(), uid, namespace)
 
 
 def unreadable(problem: UnreadableRequest) -> AdmissionReview:
