@@ -688,11 +688,12 @@ class _Values:
 
 def _parse_json_stream(source: str, text: str) -> Iterator[Item]:
     """The objects of a JSON file: one value, or several one after the other (as
-    ``kubectl get -o json`` output concatenated), as kubectl reads them."""
-    starts = _json_starts(text)
-    if len(starts) <= 1 or _is_review(_first_value(text, starts)):
-        # One value; or a review, read whole as the webhook reads a body (more is not JSON).
-        yield from _parse_json(source, text)
+    ``kubectl get -o json`` output concatenated), as kubectl reads them. The file is read
+    as one value first: only one that has more after it is split, and read value by value."""
+    whole = list(_parse_json(source, text))
+    starts = _json_starts(text) if _more_after(whole) else [0]
+    if len(starts) <= 1:
+        yield from whole
         return
     line, counted = 1, 0
     for start, end in itertools.pairwise([*starts, len(text)]):
@@ -701,17 +702,19 @@ def _parse_json_stream(source: str, text: str) -> Iterator[Item]:
         yield from _parse_json(source, text[start:end], line)
 
 
-def _first_value(text: str, starts: list[int]) -> object:
-    try:
-        return json.loads(text[starts[0] : starts[1]])
-    except (ValueError, RecursionError):
-        return None
+def _more_after(items: list[Item]) -> bool:
+    return (
+        len(items) == 1
+        and isinstance(items[0], InputError)
+        and items[0].message == f"{_NOT_JSON}Extra data"
+    )
 
 
 def _json_starts(text: str) -> list[int]:
     """Where each of the JSON values in ``text`` starts, as far as they can be told apart:
     the value that cannot be read (not JSON, or nested too deep to find its end) runs to the
-    end of the text, and its parse says why."""
+    end of the text, and its parse says why. A review is one value, read whole as the
+    webhook reads a body: what follows it is not JSON."""
     decoder = json.JSONDecoder()
     starts, at = [], 0
     try:
@@ -721,10 +724,15 @@ def _json_starts(text: str) -> list[int]:
             if at == len(text):
                 break
             starts.append(at)
-            _, at = decoder.raw_decode(text, at)
+            value, at = decoder.raw_decode(text, at)
+            if len(starts) == 1 and _is_review(value):
+                break
     except (ValueError, RecursionError):
         pass
     return starts or [0]
+
+
+_NOT_JSON = "not valid JSON: "
 
 
 def _parse_json(source: str, text: str, line: int = 1) -> Iterator[Item]:
@@ -733,10 +741,10 @@ def _parse_json(source: str, text: str, line: int = 1) -> Iterator[Item]:
         value = jsondoc.loads(text, object_pairs_hook=_unique_keys, parse_float=floats.read)
     except json.JSONDecodeError as exc:
         at = line + exc.lineno - 1
-        yield InputError(source=source, line=at, message=f"not valid JSON: {exc.msg}")
+        yield InputError(source=source, line=at, message=f"{_NOT_JSON}{exc.msg}")
         return
     except ValueError as exc:  # a duplicate key, or an error in a deeply nested document
-        yield InputError(source=source, line=line, message=f"not valid JSON: {exc}")
+        yield InputError(source=source, line=line, message=f"{_NOT_JSON}{exc}")
         return
     if floats.whole and not _is_review(value):
         value = _whole_floats(value)
