@@ -229,5 +229,10 @@ class LargeReviewGate:
             with self._lock:
                 self.waiting -= 1
 
+    def never_fits(self, body_bytes: int, containers: int, seconds: float) -> bool:
+        """Whether a review would not finish in ``seconds`` even with the offload process to
+        itself: no retry can get it in."""
+        return expected_seconds(body_bytes, containers) > seconds
+
     def leave(self) -> None:
         self._slots.release()

@@ -38,7 +38,6 @@ from webhook.server.gate import (
     LargeReviewGate,
     Refusal,
     WorkLedger,
-    expected_seconds,
     timeout_seconds,
 )
 from webhook.server.logs import get_logger
@@ -119,12 +118,12 @@ class ReviewHandler:
             return self._bad_request(hook, http, exc, body_read=False)
         # The lists and mappings it opens cost more than its size says (see gate).
         containers = jsondoc.containers(body)
-        if len(body) <= LARGE_BODY_BYTES:
-            if self.ledger.never_fits(len(body), containers, deadline.at - started):
-                return self._busy(hook, body, started, _NEVER_IN_TIME, code=413)
-            return self._in_thread(hook, http, body, started, deadline, containers)
-        if expected_seconds(len(body), containers) > deadline.at - started:
+        in_thread = len(body) <= LARGE_BODY_BYTES
+        never_fits = (self.ledger if in_thread else self.gate).never_fits
+        if never_fits(len(body), containers, deadline.at - started):
             return self._busy(hook, body, started, _NEVER_IN_TIME, code=413)
+        if in_thread:
+            return self._in_thread(hook, http, body, started, deadline, containers)
         if not self.gate.enter(len(body), deadline, containers):
             return self._busy(hook, body, started, _LARGE_AT_ONCE)
         try:
