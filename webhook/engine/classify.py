@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Final, final
 
 from webhook.engine.decision import Classification
 from webhook.engine.findings import Code, Finding, finding, shorten
@@ -16,22 +16,65 @@ WORKLOAD_ANNOTATION = "together.ai/workload"
 NAMESPACE_DEFAULT_ANNOTATION = "together.ai/default-workload"
 
 
-class PodFacts(NamedTuple):
-    """What classification looks at."""
+@final
+class PodFacts:
+    """What classification looks at; ``origins``: the roles and default classes of the
+    templates it is, or its pod comes from."""
 
-    annotations: Mapping[str, str]
-    labels: Mapping[str, str]
-    namespace: str | None
-    owner_kind: str | None
-    namespace_annotations: Mapping[str, str]
-    # The roles and default classes of the templates it is, or its pod comes from.
-    origins: Origins = NONE
+    __slots__ = (
+        "annotations",
+        "labels",
+        "namespace",
+        "namespace_annotations",
+        "origins",
+        "owner_kind",
+    )
+
+    def __init__(
+        self,
+        *,
+        annotations: Mapping[str, str],
+        labels: Mapping[str, str],
+        namespace: str | None,
+        owner_kind: str | None,
+        namespace_annotations: Mapping[str, str],
+        origins: Origins = NONE,
+    ) -> None:
+        self.annotations: Final = annotations
+        self.labels: Final = labels
+        self.namespace: Final = namespace
+        self.owner_kind: Final = owner_kind
+        self.namespace_annotations: Final = namespace_annotations
+        self.origins: Final = origins
+
+    def with_origins(self, origins: Origins) -> PodFacts:
+        """The same facts for a pod of other origins."""
+        return PodFacts(
+            annotations=self.annotations,
+            labels=self.labels,
+            namespace=self.namespace,
+            owner_kind=self.owner_kind,
+            namespace_annotations=self.namespace_annotations,
+            origins=origins,
+        )
 
 
-class Verdict(NamedTuple):
-    classification: Classification
-    refusals: tuple[Finding, ...] = ()
-    notes: tuple[Finding, ...] = ()
+@final
+class Verdict:
+    """The class chosen, what its sources refuse, and where they disagree."""
+
+    __slots__ = ("classification", "notes", "refusals")
+
+    def __init__(
+        self,
+        *,
+        classification: Classification,
+        refusals: tuple[Finding, ...] = (),
+        notes: tuple[Finding, ...] = (),
+    ) -> None:
+        self.classification: Final = classification
+        self.refusals: Final = refusals
+        self.notes: Final = notes
 
 
 def classify(facts: PodFacts, policy: Policy) -> Verdict:

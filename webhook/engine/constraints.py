@@ -13,7 +13,7 @@ capped (``MAX_LABEL_VALUES``), as is the number of terms (``MAX_TERMS``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, final
 
 from webhook.engine.findings import Code, Finding, finding
 from webhook.engine.policy import Taint
@@ -32,7 +32,8 @@ MAX_LABEL_VALUES = 100
 MAX_TERMS = 1000
 
 
-class TermView(NamedTuple):
+@final
+class TermView:
     """What one nodeSelectorTerm allows for the values of one label key.
 
     ``one_of`` is the intersection of its ``In`` lists (``None``: no ``In``), ``none_of``
@@ -41,13 +42,26 @@ class TermView(NamedTuple):
     tightest ``Gt``/``Lt`` bounds. ``empty`` marks a term that matches no node at all.
     """
 
-    empty: bool = False
-    one_of: frozenset[str] | None = None
-    none_of: frozenset[str] = frozenset()
-    present: bool | None = None
-    above: int | None = None
-    below: int | None = None
-    bad_bound: bool = False
+    __slots__ = ("above", "bad_bound", "below", "empty", "none_of", "one_of", "present")
+
+    def __init__(
+        self,
+        *,
+        empty: bool = False,
+        one_of: frozenset[str] | None = None,
+        none_of: frozenset[str] = frozenset(),
+        present: bool | None = None,
+        above: int | None = None,
+        below: int | None = None,
+        bad_bound: bool = False,
+    ) -> None:
+        self.empty: Final = empty
+        self.one_of: Final = one_of
+        self.none_of: Final = none_of
+        self.present: Final = present
+        self.above: Final = above
+        self.below: Final = below
+        self.bad_bound: Final = bad_bound
 
     def admits(self, value: LabelState) -> bool:
         """Whether a node whose label is ``value`` satisfies every expression of the term."""
@@ -160,16 +174,32 @@ def required_terms(spec: dict[str, Any]) -> list[Any] | None:
     return terms if isinstance(terms, list) and terms else None
 
 
-class NodeConstraints(NamedTuple):
-    """A pod's nodeSelector and required node affinity, as they bear on one label key."""
+@final
+class NodeConstraints:
+    """A pod's nodeSelector and required node affinity, as they bear on one label key.
 
-    key: str
-    selector: LabelState | None
-    has_selector: bool
-    # None when the pod has no required terms, or more than MAX_TERMS (see too_large).
-    terms: tuple[TermView, ...] | None
-    term_count: int
-    mentioned: frozenset[str]
+    ``terms`` is None when the pod has no required terms, or more than MAX_TERMS (see
+    ``too_large``).
+    """
+
+    __slots__ = ("has_selector", "key", "mentioned", "selector", "term_count", "terms")
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        selector: LabelState | None,
+        has_selector: bool,
+        terms: tuple[TermView, ...] | None,
+        term_count: int,
+        mentioned: frozenset[str],
+    ) -> None:
+        self.key: Final = key
+        self.selector: Final = selector
+        self.has_selector: Final = has_selector
+        self.terms: Final = terms
+        self.term_count: Final = term_count
+        self.mentioned: Final = mentioned
 
     def admits(self, value: LabelState) -> bool:
         """Whether the pod may run on a node whose label is ``value``."""

@@ -303,7 +303,7 @@ def _judge(
         judged = _with_first_pod(t, t.spec.first_pod, facts, judged, kind, policy, ctx)
     if t.spec.pods is not None or facts.origins == origins.NONE or judged.plan is None:
         return judged
-    return judged._replace(notes=(*judged.notes, *_not_inherited(facts, judged, kind, policy)))
+    return judged.noting(*_not_inherited(facts, judged, kind, policy))
 
 
 def _judge_as(t: Template, facts: PodFacts, policy: Policy, ctx: Context) -> Judged:
@@ -340,7 +340,7 @@ def _with_first_pod(
     """The template judged as its first pod too, which its operator makes the job's
     ``first.role``: refused if that pod would be, said when it gets another class."""
     lead = _judge_as(
-        t, facts._replace(origins=origins.with_role(facts.origins, first.role)), policy, ctx
+        t, facts.with_origins(origins.with_role(facts.origins, first.role)), policy, ctx
     )
     name = lead.classification.name
     if name == judged.classification.name:
@@ -354,12 +354,12 @@ def _with_first_pod(
             r._replace(message=bounded(f"{why}, so it is {name} ({source}): {r.message}"))
             for r in lead.refusals
         )
-        return judged._replace(refusals=(*judged.refusals, *refusals), plan=None)
+        return judged.refusing(*refusals)
     message = (
         f"{why}: that pod will be {name} ({source}) and placed as such, the others "
         f"{judged.classification.name or 'unclassified'}"
     )
-    return judged._replace(notes=(*judged.notes, finding(Code.FIRST_POD_CLASS, message)))
+    return judged.noting(finding(Code.FIRST_POD_CLASS, message))
 
 
 def _not_inherited(
@@ -368,7 +368,7 @@ def _not_inherited(
     """The template's class, when its pods would not get it: it comes from the template's role
     or default, which its pods do not carry, and its kind names no labels to know them by."""
     name = judged.classification.name
-    alone = classify(facts._replace(origins=origins.NONE), policy).classification.name
+    alone = classify(facts.with_origins(origins.NONE), policy).classification.name
     if alone == name:
         return ()
     message = (

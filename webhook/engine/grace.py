@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Final, final
 
 from webhook.engine.findings import Code, Finding, change, finding, shorten
 from webhook.engine.policy import Policy
@@ -16,14 +16,26 @@ API_DEFAULT_GRACE = 30
 GRACE_FIELD = "spec.terminationGracePeriodSeconds"
 
 
-class GraceBudget(NamedTuple):
+@final
+class GraceBudget:
     """The grace-period limits one pod is held to, with what is wrong with its request."""
 
-    maximum: int
-    margin: int
-    needed: int | None = None
-    checkpoint: int | None = None
-    refusals: tuple[Finding, ...] = ()
+    __slots__ = ("checkpoint", "margin", "maximum", "needed", "refusals")
+
+    def __init__(
+        self,
+        *,
+        maximum: int,
+        margin: int,
+        needed: int | None = None,
+        checkpoint: int | None = None,
+        refusals: tuple[Finding, ...] = (),
+    ) -> None:
+        self.maximum: Final = maximum
+        self.margin: Final = margin
+        self.needed: Final = needed
+        self.checkpoint: Final = checkpoint
+        self.refusals: Final = refusals
 
 
 def grace_budget(annotations: Mapping[str, str], policy: Policy) -> GraceBudget:
@@ -78,11 +90,17 @@ def grace_violation(spec: Mapping[str, Any]) -> Finding | None:
     return None
 
 
-class GraceAdjustment(NamedTuple):
+@final
+class GraceAdjustment:
     """What adjusting the grace period changed, and the warning a lowered one earns."""
 
-    changes: tuple[Finding, ...] = ()
-    notes: tuple[Finding, ...] = ()
+    __slots__ = ("changes", "notes")
+
+    def __init__(
+        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
+    ) -> None:
+        self.changes: Final = changes
+        self.notes: Final = notes
 
 
 def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> GraceAdjustment:

@@ -9,7 +9,7 @@ changes nothing; nothing the user wrote is removed. Functions return what they c
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Final, final
 
 from webhook.engine import constraints
 from webhook.engine.constraints import LabelState, NodeConstraints, TermView
@@ -24,18 +24,28 @@ PREFERRED_PATH = f"spec.affinity.nodeAffinity.{PREFERRED}"
 SELECTOR_PATH = "spec.nodeSelector"
 
 
-class Checked(NamedTuple):
+@final
+class Checked:
     """What ``check`` found: the pod's node constraints, and why it is refused (if it is)."""
 
-    node: NodeConstraints
-    refusals: tuple[Finding, ...] = ()
+    __slots__ = ("node", "refusals")
+
+    def __init__(self, *, node: NodeConstraints, refusals: tuple[Finding, ...] = ()) -> None:
+        self.node: Final = node
+        self.refusals: Final = refusals
 
 
-class Placed(NamedTuple):
+@final
+class Placed:
     """What ``place`` changed, and the warnings it earned."""
 
-    changes: tuple[Finding, ...] = ()
-    notes: tuple[Finding, ...] = ()
+    __slots__ = ("changes", "notes")
+
+    def __init__(
+        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
+    ) -> None:
+        self.changes: Final = changes
+        self.notes: Final = notes
 
 
 def check(

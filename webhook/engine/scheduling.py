@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple, final
 
 from webhook.engine.findings import Code, Finding, change, finding, shorten
 from webhook.engine.policy import Placement, WorkloadClass
@@ -48,10 +48,14 @@ class PriorityClassInfo(NamedTuple):
 PriorityLookup = Callable[[str], PriorityClassInfo | None]
 
 
-class SchedulingPlan(NamedTuple):
+@final
+class SchedulingPlan:
     """The class's priority class as the cluster holds it (None: the class names none)."""
 
-    priority: PriorityClassInfo | None
+    __slots__ = ("priority",)
+
+    def __init__(self, *, priority: PriorityClassInfo | None) -> None:
+        self.priority: Final = priority
 
 
 def plan_scheduling(
@@ -73,9 +77,17 @@ def plan_scheduling(
     return SchedulingPlan(priority=info), None
 
 
-class Scheduled(NamedTuple):
-    changes: tuple[Finding, ...] = ()
-    notes: tuple[Finding, ...] = ()
+@final
+class Scheduled:
+    """What ``schedule`` changed, and the warnings it earned."""
+
+    __slots__ = ("changes", "notes")
+
+    def __init__(
+        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
+    ) -> None:
+        self.changes: Final = changes
+        self.notes: Final = notes
 
 
 def schedule(

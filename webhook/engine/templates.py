@@ -7,7 +7,7 @@ findings have paths relative to the template, made the object's by ``evaluation`
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Final, final
 
 from webhook.engine import hints
 from webhook.engine.classify import PodFacts, classify
@@ -25,27 +25,77 @@ from webhook.engine.workloads import mapping_at, value_at
 PLACEMENT_ANNOTATION = "together.ai/placement"
 
 
-class Judged(NamedTuple):
-    """What a template is, whether it may be placed, and (when it may) how."""
+@final
+class Judged:
+    """What a template is, whether it may be placed, and (when it may) how: ``plan`` is set
+    when the template is classified and nothing is refused."""
 
-    classification: Classification
-    refusals: tuple[Finding, ...] = ()
-    notes: tuple[Finding, ...] = ()
-    # Set when the template is classified and nothing is refused: placement follows.
-    plan: Plan | None = None
+    __slots__ = ("classification", "notes", "plan", "refusals")
+
+    def __init__(
+        self,
+        *,
+        classification: Classification,
+        refusals: tuple[Finding, ...] = (),
+        notes: tuple[Finding, ...] = (),
+        plan: Plan | None = None,
+    ) -> None:
+        self.classification: Final = classification
+        self.refusals: Final = refusals
+        self.notes: Final = notes
+        self.plan: Final = plan
+
+    def noting(self, *notes: Finding) -> Judged:
+        """The same judgement, with ``notes`` added."""
+        return Judged(
+            classification=self.classification,
+            refusals=self.refusals,
+            notes=(*self.notes, *notes),
+            plan=self.plan,
+        )
+
+    def refusing(self, *refusals: Finding) -> Judged:
+        """The same judgement, with ``refusals`` added: nothing is placed then."""
+        return Judged(
+            classification=self.classification,
+            refusals=(*self.refusals, *refusals),
+            notes=self.notes,
+        )
 
 
-class Plan(NamedTuple):
-    wclass: WorkloadClass
-    node: NodeConstraints
-    budget: GraceBudget
-    scheduling: SchedulingPlan
-    priority_classes: PriorityLookup | None
+@final
+class Plan:
+    """How a template judged placeable is placed."""
+
+    __slots__ = ("budget", "node", "priority_classes", "scheduling", "wclass")
+
+    def __init__(
+        self,
+        *,
+        wclass: WorkloadClass,
+        node: NodeConstraints,
+        budget: GraceBudget,
+        scheduling: SchedulingPlan,
+        priority_classes: PriorityLookup | None,
+    ) -> None:
+        self.wclass: Final = wclass
+        self.node: Final = node
+        self.budget: Final = budget
+        self.scheduling: Final = scheduling
+        self.priority_classes: Final = priority_classes
 
 
-class Placement(NamedTuple):
-    changes: tuple[Finding, ...] = ()
-    notes: tuple[Finding, ...] = ()
+@final
+class Placement:
+    """What placing a template changed, and the warnings it earned."""
+
+    __slots__ = ("changes", "notes")
+
+    def __init__(
+        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
+    ) -> None:
+        self.changes: Final = changes
+        self.notes: Final = notes
 
 
 def judge_template(

@@ -8,7 +8,7 @@ DaemonSet; a mirror pod when a node creates it. Anyone else's claim is ignored, 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, final
 
 from webhook.engine.decision import Context, Obj, Requester
 from webhook.engine.findings import Code, Finding, finding, shorten
@@ -18,13 +18,23 @@ from webhook.engine.workloads import MIRROR_ANNOTATION, Owner, controller_owner,
 DAEMONSET_API_VERSION = "apps/v1"
 
 
-class Exemption(NamedTuple):
-    """Why the pod is left alone (``skip``), or what its claims earn it (``notes``)."""
+@final
+class Exemption:
+    """Why the pod is left alone (``skip``), or what its claims earn it (``notes``), and the
+    controlling owner the pod names (a claim), read once for classification too."""
 
-    skip: Finding | None = None
-    notes: tuple[Finding, ...] = ()
-    # The controlling owner the pod names (a claim), read once for classification too.
-    owner: Owner | None = None
+    __slots__ = ("notes", "owner", "skip")
+
+    def __init__(
+        self,
+        *,
+        skip: Finding | None = None,
+        notes: tuple[Finding, ...] = (),
+        owner: Owner | None = None,
+    ) -> None:
+        self.skip: Final = skip
+        self.notes: Final = notes
+        self.owner: Final = owner
 
     @property
     def reason(self) -> str | None:
