@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -228,13 +229,21 @@ def main() -> int:
         samples: dict[str, list[float]] = {}
         by_round: dict[str, list[float]] = {}
         in_server: dict[str, list[float]] = {}
+        per_create: dict[str, list[float]] = {}
         tls = work / "do-nothing"
         certs.write(certs.issue(list(certs.LOCAL_HOSTS)), tls)
         try:
 
-            def phase(label: str, prefix: str, workload: str | None, count: int) -> None:
+            def phase(
+                label: str,
+                prefix: str,
+                workload: str | None,
+                count: int,
+                answered: Callable[[], int] | None = None,
+            ) -> None:
                 _time_creates(kube, namespace, f"{prefix}-warm", args.warmup, workload)
                 before = _server_seconds(server)
+                reviews_before = answered() if answered else 0
                 timed = _time_creates(kube, namespace, prefix, count, workload)
                 after = _server_seconds(server)
                 samples.setdefault(label, []).extend(timed)
@@ -242,6 +251,14 @@ def main() -> int:
                 # Time inside the server's handler, per pod create, both hooks together.
                 inside = sum(after[h][0] - before.get(h, (0.0, 0.0))[0] for h in after)
                 in_server.setdefault(label, []).append(inside * 1000 / count)
+                # Reviews per create: 2 when each hook is called once, more when the API
+                # server calls the mutating hook again (reinvocation).
+                reviews = (
+                    float(answered() - reviews_before)
+                    if answered is not None
+                    else sum(after[h][1] - before.get(h, (0.0, 0.0))[1] for h in after)
+                )
+                per_create.setdefault(label, []).append(reviews / count)
 
             configs: list[dict[str, Any]] = []
             phase("no webhook", "off1", None, args.n)
@@ -262,8 +279,12 @@ def main() -> int:
                             _register_do_nothing(kube, namespace, base, allow, tls)
                             if not (same_patch / "patch").exists():
                                 _record_patch(kube, namespace, same_patch)
-                            phase(DO_NOTHING, f"allow-r{r}", None, count)
-                            phase(SAME_PATCH, f"same-r{r}", "interruptible", count)
+
+                            def allowed() -> int:
+                                return _answered(allow, tls)
+
+                            phase(DO_NOTHING, f"allow-r{r}", None, count, allowed)
+                            phase(SAME_PATCH, f"same-r{r}", "interruptible", count, allowed)
                         else:
                             configs = register(kube, server, base)
                             phase(PLAIN, f"on-plain-r{r}", None, count)
@@ -284,12 +305,16 @@ def main() -> int:
         f"({args.rounds} rounds alternating the do-nothing webhook and preemptguard), "
         f"load average {_load()}"
     )
-    print(f"{'':40s} {'mean':>8s} {'p50':>8s} {'p99':>8s} {'in server':>10s}   (ms)")
+    print(
+        f"{'':40s} {'mean':>8s} {'p50':>8s} {'p99':>8s} {'in server':>10s}   (ms)"
+        "   reviews per create"
+    )
     stats = {label: _summary(values) for label, values in samples.items()}
     for label, (mean, p50, p99) in stats.items():
         served = label not in (DO_NOTHING, SAME_PATCH)
         inside = f"{statistics.fmean(in_server[label]):.2f}" if served else "-"
-        print(f"{label:40s} {mean:8.2f} {p50:8.2f} {p99:8.2f} {inside:>10s}")
+        reviews = statistics.fmean(per_create[label])
+        print(f"{label:40s} {mean:8.2f} {p50:8.2f} {p99:8.2f} {inside:>10s}   {reviews:8.2f}")
     off = [s for label, s in stats.items() if label.startswith("no webhook")]
     off_mean = statistics.fmean(s[0] for s in off)
     off_p50 = statistics.fmean(s[1] for s in off)
