@@ -131,6 +131,33 @@ def test_a_pod_admitted_by_the_webhook_is_clean_whatever_its_class(
     assert not result.findings
 
 
+def test_a_workload_naming_a_clean_owner_is_judged_on_its_own_template(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    """An ownerReference is its writer's claim: a Deployment that names another, clean one as
+    its controller is still reported, and so is a ReplicaSet whose template is not its clean
+    Deployment's (one left from an earlier revision: a rollback would bring it back)."""
+    fake.put(namespace("team"))
+    bad = template("serving", **SELECTOR)
+    clean = template("serving")
+    fake.put(owned("Deployment", "parent", spec={"selector": {}, "template": clean}))
+    fake.put(owned("ReplicaSet", "parent-new", spec={"selector": {}, "template": clean},
+                   controller=("apps/v1", "Deployment", "parent")))  # fmt: skip
+    fake.put(owned("ReplicaSet", "parent-old", spec={"selector": {}, "template": bad},
+                   controller=("apps/v1", "Deployment", "parent")))  # fmt: skip
+    fake.put(owned("Deployment", "evil", spec={"selector": {}, "template": bad},
+                   controller=("apps/v1", "Deployment", "parent")))  # fmt: skip
+    fake.put(owned("Deployment", "control", spec={"selector": {}, "template": bad}))
+    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    assert _problems(result) == {
+        "Deployment/team/evil": ["refused"],
+        "ReplicaSet/team/parent-old": ["refused"],
+        "Deployment/team/control": ["refused"],
+    }
+    judged = {f"{r.kind}/{r.name}" for r in result.results}
+    assert "ReplicaSet/parent-new" not in judged  # its Deployment is judged, and clean
+
+
 def test_ten_thousand_pods_are_read_in_pages_with_nothing_read_per_pod(
     fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
 ) -> None:

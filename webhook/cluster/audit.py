@@ -30,7 +30,7 @@ wraps) carries its owner's template: it is not judged again, so one mistake is r
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,10 +338,7 @@ def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
     nodes = {inventory.name_of(n): inventory.node_class(n, policy) for n in snapshot.nodes}
     who = inventory.creators(snapshot.daemonsets, snapshot.nodes)
     results = [_pod(pod, policy, lookup, nodes, who) for pod in snapshot.pods]
-    present = _listed(snapshot.workloads, policy)
-    results += [
-        _workload(w, policy, lookup) for w in snapshot.workloads if not _covered(w, present)
-    ]
+    results += _workloads(snapshot.workloads, policy, lookup)
     selected = snapshot.selected_daemonsets
     for daemonset in snapshot.daemonsets if selected is None else selected:
         result = _daemonset(daemonset, policy, lookup)
@@ -351,28 +348,37 @@ def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
     return Audit(results=results, notes=list(snapshot.notes), namespaces=in_scope)
 
 
-def _listed(workloads: Sequence[Obj], policy: Policy) -> set[tuple[str, str, str]]:
-    """The API group, kind and uid of every object read of a kind the audit judges."""
+def _workloads(
+    workloads: Sequence[Obj], policy: Policy, lookup: Callable[[str], NamespaceMeta]
+) -> list[AuditResult]:
+    """Every workload judged, but for those ``_covered`` leaves out."""
     kinds = {(k.group, k.kind) for k in audited_kinds(policy)}
-    present = set()
-    for w in workloads:
+    results = [_workload(w, policy, lookup) for w in workloads]
+    judged: dict[tuple[str, str, str], AuditResult] = {}
+    for w, result in zip(workloads, results, strict=True):
         key = (api_group(w) or "", str(w.get("kind")))
         if key in kinds and inventory.uid_of(w):
-            present.add((*key, inventory.uid_of(w)))
-    return present
+            judged[(*key, inventory.uid_of(w))] = result
+    return [r for w, r in zip(workloads, results, strict=True) if not _covered(w, r, judged)]
 
 
-def _covered(obj: Obj, present: set[tuple[str, str, str]]) -> bool:
-    """Made by a workload the audit read too, or a batch Job that has finished.
+def _covered(
+    obj: Obj, result: AuditResult, judged: Mapping[tuple[str, str, str], AuditResult]
+) -> bool:
+    """Made by a workload judged too that reports what this one would, or a batch Job that
+    has finished.
 
-    An object whose controller is an object of a judged kind, with that uid, among those
-    read carries that owner's template (or its owner's owner's: a RayCronJob's RayJob's
-    RayCluster): the owner is judged, or covered in turn, and the mistake reported once.
+    A ReplicaSet carries its Deployment's template (a RayCluster its RayJob's), so the mistake
+    is reported once, on the owner. But the controller an object names is its writer's claim:
+    the API server checks an ownerReference's form, not its truth, and the garbage collector
+    keeps an object whose named owner exists. So an object is left out only when it has no
+    problem its owner lacks; one that names a clean owner and would be refused is reported.
     """
     owner = inventory.controller_ref(obj)
     if owner is not None:
         group, slash, _ = owner.api_version.rpartition("/")
-        if ((group if slash else ""), owner.kind, owner.uid) in present:
+        made_by = judged.get(((group if slash else ""), owner.kind, owner.uid))
+        if made_by is not None and _codes(result) <= _codes(made_by):
             return True
     if obj.get("kind") == "Job" and api_group(obj) == "batch":
         conditions = mapping_at(obj, "status").get("conditions")
@@ -381,6 +387,10 @@ def _covered(obj: Obj, present: set[tuple[str, str, str]]) -> bool:
             if finished and c.get("status") == "True":
                 return True
     return False
+
+
+def _codes(result: AuditResult) -> set[ProblemCode]:
+    return {p.code for p in result.problems}
 
 
 def _pod(
