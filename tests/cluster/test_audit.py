@@ -454,6 +454,45 @@ def test_the_command_exits_0_on_a_clean_cluster_and_2_without_one(
     assert "error: GET /api/v1/namespaces" in gone.output
 
 
+def test_a_namespace_that_does_not_exist_is_an_error_not_a_clean_audit(
+    fake: FakeApiServer, tmp_path: Path, policy: Policy
+) -> None:
+    _cluster_of(fake, policy)
+    typo = _run(fake, tmp_path, "-n", "team", "-n", "tema")
+    assert typo.exit_code == 2, typo.output
+    assert "error: no namespace tema in this cluster: check -n/--namespace" in typo.output
+    assert _run(fake, tmp_path, "-n", "team").exit_code == 1
+
+
+def test_the_command_lists_the_kinds_of_the_policy_it_is_given(
+    fake: FakeApiServer, tmp_path: Path
+) -> None:
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "policy.yaml").write_text(
+        """\
+apiVersion: preemptguard.together.ai/v1alpha1
+kind: PlacementPolicy
+metadata: {name: own}
+spec:
+  classes: [{name: serving, placement: standard}]
+  workloadKinds:
+    - group: ray.io
+      kind: RayService
+      templates:
+        - path: "spec.rayClusterConfig.workerGroupSpecs[*].template"
+          defaultClass: serving
+"""
+    )
+    _cluster_with_custom_kinds(fake)
+    fake.reset_requests()
+    out = _run(fake, tmp_path, "--policies", str(tmp_path / "policy"), "-o", "json")
+    assert out.exit_code == 1, out.output
+    listed = {r.access.resource for r in fake.requests if not r.access.non_resource}
+    assert listed == {"namespaces", "nodes", "pods", "daemonsets", "rayservices"}
+    found = {f"{r['kind']}/{r['name']}" for r in json.loads(out.stdout)["results"]}
+    assert "RayService/chat" in found
+
+
 def test_the_command_refuses_conflicting_filters(fake: FakeApiServer, tmp_path: Path) -> None:
     both = _run(fake, tmp_path, "-n", "team", "-A")
     assert both.exit_code == 2

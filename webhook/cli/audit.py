@@ -170,7 +170,7 @@ def audit_command(
     # and again while they are made (off, a 10,000-pod list takes half the time).
     with collector.paused():
         try:
-            snapshot = auditing.read_cluster(cluster, scope, progress)
+            snapshot = auditing.read_cluster(cluster, scope, progress, policy=policy)
             listed = time.monotonic() - started
             if status.tty or len(snapshot.pods) >= LARGE:
                 status.show(f"audit: judging {len(snapshot.pods):,} pods", force=True)

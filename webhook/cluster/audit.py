@@ -122,6 +122,7 @@ def read_cluster(
     kinds = audited_kinds(policy if policy is not None else builtin_policy())
     snap = Snapshot()
     snap.namespaces = _list(cluster, snap, path("namespaces"), "Namespace", None, progress)
+    _check_named(scope, snap.namespaces)
     snap.nodes = _list(cluster, snap, path("nodes"), "Node", None, progress)
     labels = {"labelSelector": scope.label_selector} if scope.label_selector else {}
     pod_params = {"fieldSelector": ACTIVE_PODS, **labels}
@@ -161,6 +162,18 @@ def read_cluster(
             + ", ".join(unserved),
         )
     return snap
+
+
+def _check_named(scope: Scope, namespaces: Sequence[Obj]) -> None:
+    """A namespace named that does not exist is a mistake (a typo), not a clean audit."""
+    existing = {inventory.name_of(ns) for ns in namespaces}
+    missing = [n for n in scope.namespaces if n not in existing]
+    if missing:
+        raise ClusterError(
+            f"no namespace {', '.join(missing)} in this cluster: check -n/--namespace "
+            "(kubectl get namespaces lists them)",
+            status=404,
+        )
 
 
 def served_versions(cluster: Cluster) -> dict[str, list[str]]:
