@@ -447,7 +447,13 @@ def test_the_command_exits_0_on_a_clean_cluster_and_2_without_one(
     assert "1 pod and 0 workloads in 1 namespace audited: 0 with findings" in clean.output
     missing = CliRunner().invoke(main, ["audit", "--kubeconfig", str(tmp_path / "nope")])
     assert missing.exit_code == 2
-    assert "error: cannot use the cluster configuration" in missing.output
+    assert (
+        f"error: cannot use the cluster configuration: kubeconfig {tmp_path / 'nope'} does not exist"
+        in missing.output
+    )
+    folder = CliRunner().invoke(main, ["audit", "--kubeconfig", str(tmp_path)])
+    assert folder.exit_code == 2
+    assert f"kubeconfig {tmp_path} is not a file" in folder.output
     fake.close()
     gone = _run(fake, tmp_path)
     assert gone.exit_code == 2

@@ -119,6 +119,9 @@ class Cluster:
                     "pod with a service account"
                 )
             chosen = str(default)
+        if chosen and os.pathsep not in chosen and not Path(chosen).is_file():
+            what = "is not a file" if Path(chosen).exists() else "does not exist"
+            raise ClusterError(f"cannot use the cluster configuration: kubeconfig {chosen} {what}")
         config = _kubernetes("config")
         try:
             if chosen:
