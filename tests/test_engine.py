@@ -525,6 +525,9 @@ def _on(key_op: str, *values: str) -> dict[str, Any]:
         ({KEY: "standard"}, [_term(_on("In", "preemptible"))]),
         ({KEY: "preemptible"}, [_term(_on("NotIn", "preemptible"))]),
         ({KEY: "preemptible"}, [_term(_on("In", "standard")), {}]),
+        # The scheduler reads numbers as Go does: "1_0" is none, so Gt admits no node here.
+        (None, [_term(_on("Exists"), _on("Gt", "0"), _on("In", "1_0"))]),
+        (None, [_term(_on("Gt", "1_0"))]),
     ],
     ids=[
         "empty-term",
@@ -533,6 +536,8 @@ def _on(key_op: str, *values: str) -> dict[str, Any]:
         "selector-standard",
         "selector-preemptible",
         "selector-and-other-term",
+        "gt-and-a-value-go-does-not-read",
+        "gt-a-bound-go-does-not-read",
     ],
 )
 def test_a_pod_whose_constraints_admit_no_node_is_refused_as_such(

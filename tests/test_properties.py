@@ -7,6 +7,7 @@ Kubernetes scheduler's rules, so the engine is not checked against itself.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import jsonpatch
@@ -21,14 +22,17 @@ from webhook.loading.policies import builtin_policy
 POLICY = builtin_policy()
 KEY = "together.ai/compute-class"
 ZONE = "topology.kubernetes.io/zone"
-CLASS_VALUES = [None, "preemptible", "standard", "other", "7"]
+CLASS_VALUES = [None, "preemptible", "standard", "other", "7", "07", "1_0"]
 ZONE_VALUES = [None, "a", "b"]
 STANDARD_CLASSES = {"coordinator", "login", "serving"}
 
 junk = st.one_of(
     st.none(), st.integers(-5, 5), st.text(max_size=3), st.lists(st.none(), max_size=1)
 )
-label_value = st.sampled_from(["preemptible", "standard", "other", "7", "a", "b"])
+# Numbers as the scheduler reads them (Go's ParseInt): "07" and "+7" are 7; "1_0" and "٣"
+# are no numbers, though Python's int() reads them.
+label_value = st.sampled_from(["preemptible", "standard", "other", "7", "a", "b", "07", "1_0", "٣"])
+bound = st.one_of(st.integers(0, 10).map(str), st.sampled_from(["+3", "08", "1_0", "٣", " 4"]))
 
 
 @st.composite
@@ -38,7 +42,7 @@ def expressions(draw: st.DrawFn) -> dict[str, Any]:
     if op in ("In", "NotIn"):
         expr["values"] = draw(st.lists(label_value, min_size=1, max_size=3))
     elif op in ("Gt", "Lt"):
-        expr["values"] = [str(draw(st.integers(0, 10)))]
+        expr["values"] = [draw(bound)]
     return expr
 
 
@@ -165,15 +169,24 @@ def _expr_matches(e: dict[str, Any], labels: dict[str, str]) -> bool:
     value = labels.get(e["key"])
     op, values = e["operator"], e.get("values", [])
     if op in ("Gt", "Lt"):
-        if value is None or not value.isdigit():
+        number, limit = _go_int(value), _go_int(values[0])
+        if number is None or limit is None:
             return False
-        return int(value) > int(values[0]) if op == "Gt" else int(value) < int(values[0])
+        return number > limit if op == "Gt" else number < limit
     return {
         "In": value is not None and value in values,
         "NotIn": value is None or value not in values,
         "Exists": value is not None,
         "DoesNotExist": value is None,
     }[op]
+
+
+def _go_int(text: str | None) -> int | None:
+    """strconv.ParseInt(text, 10, 64), as the scheduler reads label values and bounds."""
+    if text is None or not re.fullmatch(r"[+-]?[0-9]+", text, re.ASCII):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
 
 
 def nodes(classes: list[str | None]) -> list[dict[str, str]]:
@@ -229,7 +242,9 @@ def test_interruptible_pods_tolerate_and_require_preemptible(obj: dict[str, Any]
         return
     spec = decision.mutated["spec"]
     assert tolerates_preemptible_taint(spec)
-    assert not any(node_matches(spec, n) for n in nodes([None, "standard", "other", "7"]))
+    assert not any(
+        node_matches(spec, n) for n in nodes([None, "standard", "other", "7", "07", "1_0"])
+    )
     assert any(node_matches(spec, n) for n in nodes(["preemptible"])) or _other_keys_conflict(obj)
 
 

@@ -153,19 +153,24 @@ class _ViewBuilder:
 # Longer digit strings are no label value (63 characters at most) and stay clear of
 # Python's limit on converting digit strings.
 _MAX_DIGITS = 64
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _integer(value: Any) -> int | None:
+    """``value`` as Kubernetes reads a Gt/Lt bound or label value (Go's ``ParseInt(s, 10,
+    64)``): a sign and decimal digits, nothing else (Python's ``int`` also takes ``1_0``
+    and surrounding spaces), within 64 bits."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
     if not isinstance(value, str) or len(value) > _MAX_DIGITS:
         return None
-    try:
-        return int(value)
-    except ValueError:
+    digits = value[1:] if value[:1] in ("+", "-") else value
+    if not (digits.isascii() and digits.isdigit()):
         return None
+    number = int(value)
+    return number if _INT64[0] <= number <= _INT64[1] else None
 
 
 def required_terms(spec: dict[str, Any]) -> list[Any] | None:
