@@ -29,7 +29,7 @@ from webhook.cli.main import main
 from webhook.engine.policy import Mode
 from webhook.export import HEADER, NOT_EXPRESSED, export, names, render_json, render_yaml
 from webhook.export.cel import PY_SPACE, glob_regex, lit, literal_value
-from webhook.export.rules import Rules, template_of
+from webhook.export.rules import Rules, template_kinds, template_of
 from webhook.loading.policies import builtin_policy, load_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,8 +249,50 @@ def test_rules_with_every_kind_of_match(tmp_path: Path) -> None:
     assert "variables.ownerKind in ['Job']" in cel
 
 
+def test_kubernetes_kinds_are_checked_at_apply_time_only_as_kubernetes_keeps_them(
+    tmp_path: Path,
+) -> None:
+    """A StatefulSet template given a role and a default class is the webhook's to check (the
+    CEL reads no role or default of a template); a Job the policy leaves alone is checked by
+    neither; the others as before."""
+    text = (POLICY_DIR / "policy.yaml").read_text()
+    statefulset = (
+        "      kind: StatefulSet\n      podOwnerKind: StatefulSet\n      templates:\n"
+        "        - path: spec.template\n"
+    )
+    job = "    - group: batch\n      kind: Job\n      podOwnerKind: Job\n      templates:\n"
+    assert text.count(statefulset) == 1
+    assert text.count(job) == 1
+    custom = text.replace(
+        statefulset, statefulset + "          role: server\n          defaultClass: serving\n"
+    ).replace(
+        job, job.replace("      templates:", "      ignore: its pods are checked\n      templates:")
+    )
+    path = tmp_path / "policy.yaml"
+    path.write_text(custom)
+    policy = load_policy(path)
+    assert sorted(template_kinds(policy)) == [
+        "CronJob",
+        "Deployment",
+        "ReplicaSet",
+        "ReplicationController",
+    ]
+    exported = export(policy)
+    validating = next(o for o in exported.objects if o["kind"] == "ValidatingAdmissionPolicy")
+    resources = {
+        r
+        for rule in validating["spec"]["matchConstraints"]["resourceRules"]
+        for r in rule["resources"]
+    }
+    assert resources == {"pods", "deployments", "replicasets", "cronjobs", "replicationcontrollers"}
+    webhook_only = next(n for n in exported.notes if "by the webhook only" in n)
+    assert webhook_only.startswith("Templates of StatefulSet.apps, RayCluster.ray.io,")
+    assert "Job.batch," not in webhook_only
+    assert "'StatefulSet'" not in _variables(validating)["template"]
+
+
 def test_templates_are_read_where_each_kind_keeps_them() -> None:
-    assert template_of("object") == (
+    assert template_of("object", template_kinds(builtin_policy())) == (
         "(object.kind == 'Pod' ? object : object.kind == 'CronJob' ? "
         "object.spec.jobTemplate.spec.template : object.spec.template)"
     )

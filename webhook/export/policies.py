@@ -14,7 +14,7 @@ from webhook.engine.evaluation import kinds_of
 from webhook.engine.policy import Mode, Policy
 from webhook.export.cel import bounded
 from webhook.export.mutation import Mutation
-from webhook.export.rules import TEMPLATE_RESOURCES, Rules, V
+from webhook.export.rules import TEMPLATE_RESOURCES, Rules, V, template_kinds
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -40,11 +40,11 @@ NOT_EXPRESSED = (
     "Quoted values are cut as the webhook cuts them, but a value holding backslashes or "
     "characters Python escapes is quoted as it is rather than escaped as Python's repr() does.",
     "A Gt/Lt bound on the compute-class label counts as a number when it is at most 18 "
-    "digits with an optional sign, as Kubernetes reads it; the webhook also reads spaces, "
-    "underscores and longer numbers in it as Python's int() does.",
-    "An expression that exceeds CEL's cost limits (a pod with thousands of node-selector "
-    "terms or values) fails, and failurePolicy: Fail refuses the pod with the API server's "
-    "message instead of the webhook's limit message.",
+    "digits with an optional sign; the webhook, as Kubernetes, also reads 19 digits.",
+    "An expression that exceeds CEL's cost limits fails, and failurePolicy: Fail refuses the "
+    "pod with the API server's message: a pod whose expressions on the compute-class label "
+    "list some hundreds of values in all, repeats counted, or that has many hundreds of "
+    "required terms (the webhook checks up to 100 distinct values and 1,000 terms).",
     "Large reviews are bounded by the API server's CEL cost limits, not by the webhook's "
     "gate; the webhook's busy refusals have no counterpart.",
 )
@@ -95,11 +95,11 @@ def _scheduling(policy: Policy) -> tuple[str, ...]:
 
 def _custom_kinds(policy: Policy) -> tuple[str, ...]:
     """Which listed workload kinds the exported policies leave to the webhook."""
-    builtin = {(group, kind) for kind, (group, _) in TEMPLATE_RESOURCES.items()}
+    checked = {(k.group, k.kind) for k in template_kinds(policy).values()}
     custom = [
         k.name
         for k in kinds_of(policy).values()
-        if k.ignore is None and (k.group, k.kind) not in builtin
+        if k.ignore is None and (k.group, k.kind) not in checked
     ]
     if not custom:
         return ()
@@ -130,7 +130,8 @@ def _variables(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
 def _validating_policy(rules: Rules, name: str) -> dict[str, Any]:
     policy = rules.policy
     workload_rules: dict[str, list[str]] = {}
-    for group, resource in TEMPLATE_RESOURCES.values():
+    for kind in template_kinds(policy):
+        group, resource = TEMPLATE_RESOURCES[kind]
         workload_rules.setdefault(group, []).append(resource)
     resource_rules = [
         {

@@ -10,13 +10,21 @@ validating one admits.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from webhook.engine.classify import NAMESPACE_DEFAULT_ANNOTATION, WORKLOAD_ANNOTATION
 from webhook.engine.constraints import MAX_LABEL_VALUES, MAX_TERMS, REQUIRED
+from webhook.engine.evaluation import kinds_of
 from webhook.engine.grace import CHECKPOINT_ANNOTATION, GRACE_FIELD
-from webhook.engine.policy import LabelRequirement, Placement, PodTemplate, Policy, Rule
+from webhook.engine.policy import (
+    LabelRequirement,
+    Placement,
+    PodTemplate,
+    Policy,
+    Rule,
+    WorkloadKind,
+)
 from webhook.engine.trust import DAEMONSET_API_VERSION
 from webhook.engine.workloads import BUILTIN_KINDS, MIRROR_ANNOTATION
 from webhook.export.cel import (
@@ -37,8 +45,8 @@ from webhook.export.cel import (
 
 V = "variables."
 
-# Workload kinds checked at apply time (DaemonSets are left alone), with the API group and
-# resource the admission policies match them by.
+# Kubernetes' own workload kinds the admission policies can check at apply time, with the
+# API group and resource they match them by (DaemonSets are left alone).
 TEMPLATE_RESOURCES: dict[str, tuple[str, str]] = {
     "Deployment": ("apps", "deployments"),
     "StatefulSet": ("apps", "statefulsets"),
@@ -49,18 +57,39 @@ TEMPLATE_RESOURCES: dict[str, tuple[str, str]] = {
 }
 
 
+def template_kinds(policy: Policy) -> dict[str, WorkloadKind]:
+    """The workload kinds the exported policies check at apply time, by kind: those of
+    ``TEMPLATE_RESOURCES`` the policy lists as Kubernetes keeps them (workloads.BUILTIN_KINDS:
+    one template at the kind's path, with no role, default class or pods of its own). One
+    the policy leaves alone, or does not list, the webhook does not check at apply time
+    either; one it lists otherwise is checked by the webhook only (``policies._custom_kinds``
+    says so), as the CEL reads templates only where Kubernetes keeps them."""
+    listed = kinds_of(policy)
+    found = {}
+    for kind, (group, _) in TEMPLATE_RESOURCES.items():
+        entry = listed.get((group, kind))
+        if entry is not None and _as_kubernetes_keeps_it(entry):
+            found[kind] = entry
+    return found
+
+
+def _as_kubernetes_keeps_it(entry: WorkloadKind) -> bool:
+    builtin = BUILTIN_KINDS[(entry.group, entry.kind)]
+    return entry.ignore is None and entry.templates == builtin.templates
+
+
 def classes_except(policy: Policy, placement: Placement) -> str:
     """placement._classes_except: the classes to suggest instead, as the messages name them."""
     names = sorted(c.name for c in policy.classes.values() if c.placement is not placement)
     return " or ".join(names) if names else "another class"
 
 
-def template_of(obj: str) -> str:
+def template_of(obj: str, kinds: Mapping[str, WorkloadKind]) -> str:
     """The pod (template) of ``obj`` (``object`` or ``oldObject``): the Pod itself, or the
-    template at the kind's path (workloads.BUILTIN_KINDS)."""
+    template at the path of its kind among ``kinds`` (``template_kinds``)."""
     branches = []
-    for kind, (group, _) in TEMPLATE_RESOURCES.items():
-        parts = BUILTIN_KINDS[(group, kind)].templates[0].path
+    for kind, entry in kinds.items():
+        parts = entry.templates[0].path
         if parts != ("spec", "template"):
             branches.append((kind, f"{obj}.{'.'.join(parts)}"))
     out = f"{obj}.spec.template"
@@ -130,16 +159,18 @@ class Rules:
     def template_changed(self) -> str:
         """evaluation._workload_update_skip: an UPDATE is judged only when the pod template
         changed and the object is not being deleted."""
+        kinds = template_kinds(self.policy)
         return (
             "request.operation != 'UPDATE' || (!has(object.metadata.deletionTimestamp) && "
-            f"{template_of('object')} != {template_of('oldObject')})"
+            f"{template_of('object', kinds)} != {template_of('oldObject', kinds)})"
         )
 
     # --- variables ---------------------------------------------------------------------------
 
     def variables(self, *, pods_only: bool) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
-        out.append(("template", "object" if pods_only else template_of("object")))
+        kinds = template_kinds(self.policy)
+        out.append(("template", "object" if pods_only else template_of("object", kinds)))
         out += self._classification(pods_only=pods_only)
         out += self._constraints()
         out += self._refusals()
@@ -155,10 +186,7 @@ class Rules:
         if pods_only:
             owner = pod_owner
         else:
-            owners = {
-                k: BUILTIN_KINDS[(group, k)].pod_owner_kind or ""
-                for k, (group, _) in TEMPLATE_RESOURCES.items()
-            }
+            owners = {k: e.pod_owner_kind or "" for k, e in template_kinds(policy).items()}
             table = "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in owners.items()) + "}"
             owner = f"(object.kind == 'Pod' ? {pod_owner} : {table}[?object.kind].orValue(''))"
         annotated = f"{V}annotated"
