@@ -167,7 +167,7 @@ def test_validation_covers_pod_creates_and_workload_templates(
     hooks = webhooks(rendered["base"])
     (pods,) = hooks[VALIDATE_PODS]["rules"]
     assert (pods["operations"], pods["apiGroups"], pods["resources"]) == (
-        ["CREATE"],
+        ["CREATE", "UPDATE"],
         [""],
         ["pods"],
     )

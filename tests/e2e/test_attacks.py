@@ -39,7 +39,11 @@ pytestmark = pytest.mark.e2e
 USER = "tenant"
 # Pods and DaemonSets in its own namespace, and nothing else anywhere.
 USER_RULES = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["create", "get", "list", "delete", "patch", "update"],
+    },
     {
         "apiGroups": ["apps"],
         "resources": ["daemonsets"],
@@ -491,3 +495,46 @@ def test_a_genuine_daemonsets_pods_are_left_alone_even_where_the_namespace_class
     assert {r["hook"] for r in from_controller} == {"mutate", "validate"}
     assert len([r for r in from_controller if r["hook"] == "mutate"]) >= len(nodes)
     assert {r["outcome"] for r in from_controller} == {"skipped"}
+
+
+# --- 5: classes given after creation ------------------------------------------------------------
+
+
+RELABELLINGS: dict[str, dict[str, Any]] = {
+    "annotated-serving": {"annotations": {WORKLOAD: "serving"}},
+    "labelled-a-ray-head": {"labels": {"ray.io/node-type": "head"}},
+}
+
+
+@pytest.mark.parametrize("change", list(RELABELLINGS))
+def test_a_pod_given_a_standard_class_after_creation_is_refused(
+    kube: Kube,
+    user: Kube,
+    nodes: dict[str, str],
+    webhook: WebhookServer,
+    namespace: str,
+    change: str,
+) -> None:
+    """An unclassified pod that asks for preemptible nodes is admitted as written; the update
+    that would make it serving (or a Ray head, a coordinator) afterwards is refused, with its
+    placement unchanged, as the webhook cannot place a pod after it is created."""
+    pod = cluster.pod(
+        change, nodeSelector={CLASS_LABEL: PREEMPTIBLE}, tolerations=[TOLERATE_PREEMPTIBLE]
+    )
+    path = f"{_pods(namespace)}/{change}"
+    user.call("POST", _pods(namespace), pod)
+    try:
+        with pytest.raises(KubeError) as refused:
+            user.merge_patch(path, {"metadata": RELABELLINGS[change]})
+        assert cluster.refused(refused.value), refused.value
+        assert "this update makes the pod" in refused.value.message
+        assert "a pod's placement cannot change after it is created" in refused.value.message
+        stored = kube.get(path)["metadata"]
+        assert WORKLOAD not in stored.get("annotations", {})
+        assert "ray.io/node-type" not in stored.get("labels", {})
+        # An update that changes no class passes, as does one of a pod being deleted.
+        user.merge_patch(path, {"metadata": {"labels": {"team": "research"}}})
+        records = assert_answered_in_time(webhook, namespace, change)
+        assert {r["operation"] for r in records if r["hook"] == "validate"} >= {"UPDATE"}
+    finally:
+        kube.delete(path, grace_seconds=0)

@@ -18,6 +18,7 @@ from webhook.engine.decision import Classification, Context, Decision, Obj, Part
 from webhook.engine.findings import Code, Finding, bounded, finding, shorten
 from webhook.engine.jsoncompare import same_json
 from webhook.engine.patch import pointer
+from webhook.engine.podupdate import judge_update, update_skip
 from webhook.engine.policy import (
     EVERY_ITEM,
     EVERY_VALUE,
@@ -72,6 +73,8 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     if skip is not None:
         left = () if kind is None else _left_alone(obj, kind, skip, policy, ctx, namespace)
         return base.skipped(skip, left)
+    if kind is None and ctx.operation == "UPDATE" and ctx.old_object is not None:
+        return _pod_update(obj, ctx.old_object, policy, ctx, base)
     if kind is None:
         return _pod(obj, policy, ctx, base)
     return _workload(obj, kind, policy, ctx, base)
@@ -120,8 +123,7 @@ def _untouched(
     if ctx.operation not in ("CREATE", "UPDATE"):
         return finding(Code.OPERATION_NOT_CHECKED, f"{ctx.operation} is not checked")
     if pod and ctx.operation == "UPDATE":
-        message = "pods are placed when created; the API server forbids changing placement later"
-        return finding(Code.POD_UPDATE, message)
+        return update_skip(obj, ctx.old_object)
     if kind is not None and ctx.operation == "UPDATE":
         return _workload_update_skip(obj, kind, kinds_of(policy), ctx)
     return None
@@ -241,6 +243,15 @@ def _pod(pod: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
         changes=placed.changes,
         mutated=mutated,
     )
+
+
+def _pod_update(pod: Obj, old: Obj, policy: Policy, ctx: Context, base: _Base) -> Decision:
+    """An update that changes what classifies the pod (see ``podupdate``): never mutated."""
+    verdict = judge_update(pod, old, policy, ctx, base.namespace)
+    if verdict.refusal is None:
+        message = "pods are placed when created; this update leaves the pod where its class may run"
+        return base.skipped(finding(Code.POD_UPDATE, message))
+    return base.finish(policy, verdict.classification, (verdict.refusal,), [])
 
 
 def _workload(obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, base: _Base) -> Decision:

@@ -33,6 +33,7 @@ class Code(enum.StrEnum):
     TOO_MANY_LABEL_VALUES = "too-many-label-values"
     UNPLACED = "unplaced"
     UNKNOWN_PRIORITY_CLASS = "unknown-priority-class"
+    CLASS_CHANGED = "class-changed"
     # Warnings
     WOULD_BE_REFUSED = "would-be-refused"
     SOURCES_DISAGREE = "sources-disagree"

@@ -47,6 +47,9 @@ NOT_EXPRESSED = (
     "required terms (the webhook checks up to 100 distinct values and 1,000 terms).",
     "Large reviews are bounded by the API server's CEL cost limits, not by the webhook's "
     "gate; the webhook's busy refusals have no counterpart.",
+    "Pod updates are not checked: the webhook refuses one that gives a pod a class that must "
+    "run on standard nodes while its node constraints still admit preemptible nodes "
+    "(class-changed).",
 )
 
 
