@@ -4,11 +4,15 @@ unrenewed for its duration (by the candidate's own clock), a clean hand-over at 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+from structlog.testing import capture_logs
 
 from tests.cluster.conftest import FakeClock
 from tests.cluster.fake_apiserver import FakeApiServer
-from webhook.cluster.client import Cluster
-from webhook.cluster.lease import LeaderElector, LeaseSettings
+from webhook.cluster.client import Cluster, ClusterError
+from webhook.cluster.lease import WARN_EVERY_SECONDS, LeaderElector, LeaseSettings
 
 SETTINGS = LeaseSettings(namespace="preemptguard-system")
 
@@ -75,3 +79,76 @@ def test_a_leader_that_cannot_reach_the_api_server_steps_down_after_the_renew_de
     assert a.step() is True  # inside the renew deadline
     clock.sleep(6)
     assert a.step() is False
+
+
+class _Refusing:
+    """A client of the fake API server whose Lease calls are refused with ``status`` until
+    ``granted``, as an API server refuses a service account without the Role."""
+
+    def __init__(self, cluster: Cluster, status: int) -> None:
+        self.cluster, self.status, self.granted, self.calls = cluster, status, False, 0
+
+    def _call(self, method: str, *args: Any) -> Any:
+        self.calls += 1
+        if not self.granted:
+            raise ClusterError(f"{method} refused", status=self.status)
+        return getattr(self.cluster, method)(*args)
+
+    def get(self, where: str) -> Any:
+        return self._call("get", where)
+
+    def create(self, where: str, obj: Any) -> Any:
+        return self._call("create", where, obj)
+
+    def update(self, where: str, obj: Any) -> Any:
+        return self._call("update", where, obj)
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        (403, "forbidden: this replica's service account needs get, create and update on "
+              "leases.coordination.k8s.io in namespace preemptguard-system (the Lease "
+              "preemptguard-observer)"),
+        (401, "the API server did not accept this replica's credentials"),
+        (404, "not found: namespace preemptguard-system does not exist"),
+    ],
+)  # fmt: skip
+def test_a_lease_it_may_not_use_is_warned_about_at_a_bounded_rate_and_tried_again(
+    connect: Callable[[], Cluster], clock: FakeClock, status: int, why: str
+) -> None:
+    refusing = _Refusing(connect(), status)
+    a = LeaderElector(cast(Cluster, refusing), SETTINGS, "a", clock)
+    with capture_logs() as logged:
+        for _ in range(40):  # 80 s of steps, every 2 s
+            assert a.step() is False
+            clock.sleep(SETTINGS.retry)
+        warnings = [e for e in logged if e["event"] == "lease_unusable"]
+        assert refusing.calls >= 40  # tried at every step (404: the get, then the create)
+        assert len(warnings) == 2  # at once, then a minute later
+        assert warnings[0]["log_level"] == "warning"
+        assert warnings[0]["lease"] == "preemptguard-system/preemptguard-observer"
+        assert warnings[0]["status"] == status
+        assert why in warnings[0]["why"]
+        # The permission is granted: it leads at the next step, and says the Lease is usable.
+        refusing.granted = True
+        assert a.step() is True
+    assert [e["event"] for e in logged][-1] == "lease_usable"
+
+
+def test_the_warnings_start_again_when_the_lease_is_refused_again(
+    connect: Callable[[], Cluster], clock: FakeClock
+) -> None:
+    refusing = _Refusing(connect(), 403)
+    a = LeaderElector(cast(Cluster, refusing), SETTINGS, "a", clock)
+    with capture_logs() as logged:
+        a.step()
+        refusing.granted = True
+        clock.sleep(2)
+        assert a.step() is True
+        refusing.granted = False
+        clock.sleep(2)
+        assert a.step() is True  # inside the renew deadline
+    events = [e["event"] for e in logged]
+    assert events == ["lease_unusable", "lease_usable", "lease_unusable"]
+    assert WARN_EVERY_SECONDS > 4  # the third is a new failure, not a repeat

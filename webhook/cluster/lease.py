@@ -2,6 +2,10 @@
 one replica holds the Lease and renews it; the others take it over only after it has gone
 unrenewed for its whole duration, as measured by their own clock (no trust in the holder's).
 Every write carries the resourceVersion read before it, so two candidates never both win.
+
+A candidate that cannot use the Lease (no permission, no namespace, no API server) keeps trying,
+since permissions may be granted later, and says why in a warning at most once a minute
+(``WARN_EVERY_SECONDS``) while it lasts: it leads nothing meanwhile, so the log must say so.
 """
 
 from __future__ import annotations
@@ -9,11 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from webhook.cluster.client import Cluster, ClusterError, path
 from webhook.cluster.clock import Clock
 from webhook.cluster.reclaims import format_time
 
 GROUP, VERSION = "coordination.k8s.io", "v1"
+VERBS = "get, create and update"
+# While the Lease cannot be used, a warning at most this often (the first at once).
+WARN_EVERY_SECONDS = 60.0
+
+log = structlog.get_logger(component="webhook.cluster.lease")
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,7 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._renewed_at = 0.0
+        self._warned_at: float | None = None  # the last warning of a failure still lasting
 
     @property
     def _path(self) -> str:
@@ -47,11 +59,55 @@ class LeaderElector:
         now = self.clock.now()
         try:
             self.leader = self._try(now)
-        except ClusterError:
-            # The API server cannot be reached: keep leading only until the renew deadline.
+        except ClusterError as exc:
+            # Refused or unreachable: keep leading only until the renew deadline, and try again
+            # at the next step (a permission granted later, an API server back).
             if self.leader and now - self._renewed_at > self.settings.renew_deadline:
                 self.leader = False
+            self._warn(exc, now)
+            return self.leader
+        if self._warned_at is not None:
+            self._warned_at = None
+            log.info("lease_usable", lease=self.name, leading=self.leader)
         return self.leader
+
+    @property
+    def name(self) -> str:
+        """The Lease as ``namespace/name``."""
+        return f"{self.settings.namespace}/{self.settings.name}"
+
+    def _warn(self, exc: ClusterError, now: float) -> None:
+        """Say why the Lease cannot be used: at once, then at most every
+        ``WARN_EVERY_SECONDS`` while it lasts (a step runs every few seconds)."""
+        if self._warned_at is not None and now - self._warned_at < WARN_EVERY_SECONDS:
+            return
+        self._warned_at = now
+        log.warning(
+            "lease_unusable",
+            lease=self.name,
+            status=exc.status or None,
+            why=self._why(exc),
+            error=str(exc),
+            leading=self.leader,
+            retry_every_s=self.settings.retry,
+        )
+
+    def _why(self, exc: ClusterError) -> str:
+        s = self.settings
+        needs = (
+            f"{VERBS} on leases.{GROUP} in namespace {s.namespace} (the Lease {s.name}); "
+            "this replica reports nothing until it holds the Lease"
+        )
+        if exc.status == 401:
+            return f"the API server did not accept this replica's credentials; it needs {needs}"
+        if exc.status == 403:
+            return f"forbidden: this replica's service account needs {needs}"
+        if exc.status == 404:
+            return (
+                f"not found: namespace {s.namespace} does not exist (or {GROUP}/{VERSION} is "
+                f"not served); it needs {needs}"
+            )
+        return "the API server could not be used; trying again"
 
     def _try(self, now: float) -> bool:
         try:
