@@ -7,10 +7,14 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +29,7 @@ from webhook.cluster.observer import Observer, ObserverSettings
 from webhook.engine.policy import Policy
 from webhook.server import logs
 
+Obj = dict[str, Any]
 TOLERATE: dict[str, Any] = {
     "tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]
 }
@@ -137,6 +142,17 @@ def _cluster(fake: FakeApiServer, policy: Policy) -> None:
     put(pod("agent-x", node_name="pre-1", owner=("apps/v1", "DaemonSet", "agent")))
 
 
+def _preempted_event(
+    name: str = "pre-1.1", where: str = "default", involved: dict[str, str] | None = None
+) -> Obj:
+    """A TogetherPreempted Event on pre-1 written in ``where``, as the provider writes it in
+    ``default``; ``involved`` changes what it names."""
+    now = stamp(time.time())
+    return {"kind": "Event", "metadata": {"name": name, "namespace": where},
+            "involvedObject": {"kind": "Node", "name": "pre-1", **(involved or {})},
+            "reason": "TogetherPreempted", "firstTimestamp": now, "lastTimestamp": now}  # fmt: skip
+
+
 def _reclaim(
     fake: FakeApiServer,
     cluster: Cluster,
@@ -150,10 +166,7 @@ def _reclaim(
     the Event and the deletions, for a test that counts reclaims by their trigger.
     """
     fake.modify("Node", "pre-1", spec={"unschedulable": True})
-    now = stamp(time.time())
-    fake.put({"kind": "Event", "metadata": {"name": "pre-1.1", "namespace": "default"},
-              "involvedObject": {"kind": "Node", "name": "pre-1"}, "reason": "TogetherPreempted",
-              "firstTimestamp": now, "lastTimestamp": now})  # fmt: skip
+    fake.put(_preempted_event())
     if recognised is not None:
         _wait(recognised, what="the provider's Event recognised")
     for name in pods:
@@ -227,7 +240,7 @@ def test_each_displaced_pod_gets_its_outcome_as_metrics_an_event_on_its_owner_an
         in lost["stuck"]["message"]
     )
     (node_event,) = _events(fake, "ReclaimObserved").values()
-    assert "4 pods displaced" in node_event["message"]  # the DaemonSet's pod is the node's
+    assert "4 pods displaced so far" in node_event["message"]  # the DaemonSet's pod is the node's
 
     (reclaim,) = log_lines("reclaim")
     assert (reclaim["node"], reclaim["trigger"], reclaim["displaced"]) == ("pre-1", "event", 4)
@@ -332,3 +345,104 @@ def test_a_watch_that_breaks_is_listed_again_and_nothing_is_missed(
     )
     assert reclaims == 1  # by the Event or by the cordon, as the lists came back
     assert run.thread.is_alive()
+
+
+def _reclaims(run: Running) -> float:
+    return sum(run.value("preemptguard_reclaims_total", trigger=t) for t in ("event", "cordon"))
+
+
+def test_an_event_a_tenant_forged_counts_nothing_and_the_real_reclaim_counts_in_full(
+    fake: FakeApiServer,
+    connect: Callable[[], Cluster],
+    observers: Observers,
+    policy: Policy,
+    log_lines: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    _cluster(fake, policy)
+    run = observers.start("observer-a")
+    _wait(run.observer.leading.is_set, what="leadership")
+    # What a tenant's service account, allowed Events in its own namespace only, can write...
+    fake.put(namespace("tenant"))
+    forged = {"apiVersion": "example.com/v1", "namespace": "tenant"}
+    fake.put(_preempted_event("spot.1", "tenant", forged))
+    # ... and what someone allowed Events in default wrote about a kind of their own.
+    fake.put(_preempted_event("pre-1.crd", involved={"apiVersion": "example.com/v1"}))
+    _wait(lambda: log_lines("preempted_event_ignored"), what="the ignored Event logged")
+    time.sleep(0.5)
+    (ignored,) = log_lines("preempted_event_ignored")  # the tenant's is not even read
+    assert (ignored["name"], ignored["node"]) == ("default/pre-1.crd", "pre-1")
+    assert "example.com/v1" in ignored["reason"]
+    assert _reclaims(run) == 0
+    assert not [e for e in fake.list("Event") if e["reason"].startswith("Reclaim")]
+    # The provider's reclaim that follows is recognised, and every pod judged.
+    _reclaim(fake, connect(), "sweep", "web-7d9-x", "eval", "stuck", recognised=_by_event(run))
+    for name, ns in (("sweep", "team"), ("web-7d9-x", "team"), ("eval", "team")):
+        fake.remove("Pod", name, ns)
+    fake.remove("Node", "pre-1")
+    _wait(lambda: run.displaced() == 4, what="four outcomes")
+    assert _reclaims(run) == 1
+    (reclaim,) = log_lines("reclaim")
+    assert reclaim["displaced"] == 4
+
+
+def test_a_restart_that_sees_the_event_before_the_pods_counts_a_cordons_reclaim_once(
+    fake: FakeApiServer, connect: Callable[[], Cluster], observers: Observers, policy: Policy
+) -> None:
+    _cluster(fake, policy)
+    first = observers.start("observer-a")
+    _wait(first.observer.leading.is_set, what="leadership")
+    fake.modify("Node", "pre-1", spec={"unschedulable": True})
+    connect().delete(path("pods", namespace="team", name="sweep"))
+    _wait(lambda: first.value("preemptguard_reclaims_total", trigger="cordon") == 1,
+          what="the reclaim seen by its cordon")  # fmt: skip
+    fake.put(_preempted_event())  # the provider's Event, later
+    time.sleep(0.5)
+    first.halt()
+    second = observers.start("observer-b")
+    _wait(second.observer.leading.is_set, what="leadership after the restart")
+    time.sleep(0.5)
+    assert _reclaims(first) == 1
+    assert _reclaims(second) == 0
+    assert len(_events(fake, "ReclaimObserved")) == 1
+
+
+def test_the_reclaim_observed_event_counts_the_pods_listed_with_it(
+    fake: FakeApiServer, observers: Observers, policy: Policy
+) -> None:
+    """The provider stopped the pods without deleting them; the observer starts afterwards."""
+    _cluster(fake, policy)
+    fake.modify("Node", "pre-1", spec={"unschedulable": True})
+    fake.put(_preempted_event())
+    run = observers.start("observer-a")
+    _wait(lambda: run.value("preemptguard_reclaims_total", trigger="event") == 1,
+          what="the reclaim recognised")  # fmt: skip
+    (node_event,) = _events(fake, "ReclaimObserved").values()
+    assert "recognised (event): 4 pods displaced so far" in node_event["message"]
+
+
+def _observe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "webhook", "observe", *args],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+
+def test_a_metrics_port_out_of_range_is_a_usage_error(fake: FakeApiServer, tmp_path: Path) -> None:
+    kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig", namespace="preemptguard-system")
+    out = _observe("--metrics-port", "99999", "--kubeconfig", str(kubeconfig))
+    assert out.returncode == 2
+    assert "Invalid value for '--metrics-port': 99999 is not in the range 0<=x<=65535" in out.stderr
+    assert "internal error" not in out.stderr
+
+
+def test_a_metrics_port_in_use_is_reported_plainly(fake: FakeApiServer, tmp_path: Path) -> None:
+    kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig", namespace="preemptguard-system")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = _observe("--metrics-host", "127.0.0.1", "--metrics-port", str(port),
+                       "--kubeconfig", str(kubeconfig))  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"error: cannot listen on 127.0.0.1:{port}: address already in use; "
+        "pick another --metrics-port"
+    )

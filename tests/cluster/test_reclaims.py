@@ -12,6 +12,7 @@ from tests.cluster.conftest import T0, node, pod
 from tests.cluster.fake_apiserver import stamp
 from webhook.cluster.reclaims import (
     GRACE_SLACK,
+    EventIgnored,
     Outcome,
     ReclaimSeen,
     Record,
@@ -80,8 +81,8 @@ def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: T
     assert tracker.node("MODIFIED", _node(cordoned=True), T0) == []
     (seen,) = tracker.preempted_event(_event(), T0)
     assert isinstance(seen, ReclaimSeen)
-    assert (seen.new, seen.key, seen.displaced, seen.reclaim.trigger) == (
-        True, "uid-event-1", 3, Trigger.EVENT)  # fmt: skip
+    assert (seen.reclaim.key, seen.displaced, seen.reclaim.trigger) == (
+        "uid-pre-1", 3, Trigger.EVENT)  # fmt: skip
     for p in (sweep, slow, stuck):
         assert tracker.pod("MODIFIED", _deleting(p, T0 + 0.2), T0 + 0.2) == []
     (exited,) = _records(tracker.pod("DELETED", sweep, T0 + 41.2))
@@ -119,12 +120,11 @@ def test_a_cordoned_node_whose_pods_are_deleted_is_a_reclaim_without_the_event(
     tracker.node("MODIFIED", _node(cordoned=True), T0)
     seen, *rest = tracker.pod("MODIFIED", _deleting(job, T0 + 1), T0 + 1)
     assert isinstance(seen, ReclaimSeen)
-    assert (seen.reclaim.trigger, seen.key, seen.displaced) == (Trigger.CORDON, "uid-pre-1", 1)
+    assert (seen.reclaim.trigger, seen.reclaim.key, seen.displaced) == (
+        Trigger.CORDON, "uid-pre-1", 1)  # fmt: skip
     assert rest == []
-    # The Event arriving later adds a key to mark, and counts nothing new.
-    (again,) = tracker.preempted_event(_event(at=T0), T0 + 2)
-    assert isinstance(again, ReclaimSeen)
-    assert (again.new, again.key) == (False, "uid-event-1")
+    # The Event arriving later is the same reclaim, under the same key: nothing new.
+    assert tracker.preempted_event(_event(at=T0), T0 + 2) == []
     (done,) = _records(tracker.pod("DELETED", job, T0 + 11))
     assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(10.0))
 
@@ -139,8 +139,11 @@ def test_deleting_pods_on_a_node_that_is_not_cordoned_is_no_reclaim(tracker: Tra
 
 def test_standard_nodes_daemonset_pods_and_late_pods_are_not_displaced(tracker: Tracker) -> None:
     tracker.node("ADDED", _node("std-1", "standard", cordoned=True), T0)
-    assert tracker.preempted_event(_event("std-1"), T0) == []
-    tracker.node("ADDED", _node(), T0)
+    (ignored,) = tracker.preempted_event(_event("std-1", uid="uid-event-std"), T0)
+    assert isinstance(ignored, EventIgnored)
+    assert ignored.why == "node std-1 is not preemptible"
+    assert not tracker.reclaims
+    tracker.node("ADDED", _node(cordoned=True), T0)
     tracker.pod("ADDED", _pod("agent", 30, owner=("apps/v1", "DaemonSet", "agent")), T0)
     late = _pod("late", 30)
     late["metadata"]["creationTimestamp"] = stamp(T0 + 5)
@@ -191,7 +194,7 @@ def test_a_restarted_tracker_rebuilds_the_reclaim_from_what_it_lists(policy: Pol
     (again,) = second.preempted_event(_event(), T0 + 20)
     assert isinstance(again, ReclaimSeen)
     assert isinstance(seen, ReclaimSeen)
-    assert again.key == seen.key
+    assert again.reclaim.key == seen.reclaim.key
     second.replace_pods([_deleting(job, T0)], T0 + 20)
     assert second.displaced["uid-job"].sigterm == pytest.approx(T0)
     (done,) = _records(second.replace_pods([], T0 + 25))  # gone while nobody watched
@@ -200,8 +203,12 @@ def test_a_restarted_tracker_rebuilds_the_reclaim_from_what_it_lists(policy: Pol
 
 def test_a_stale_event_starts_nothing(tracker: Tracker) -> None:
     tracker.node("ADDED", _node(cordoned=True), T0)
-    assert tracker.preempted_event(_event(at=T0 - 3600), T0) == []
+    (ignored,) = tracker.preempted_event(_event(at=T0 - 3600), T0)
+    assert isinstance(ignored, EventIgnored)
+    assert ignored.why == "it is 3600 s old, past the 300 s reclaim window"
+    assert tracker.preempted_event(_event(at=T0 - 3600), T0 + 1) == []  # told once
     assert tracker.preempted_event({"reason": "Other"}, T0) == []
+    assert not tracker.reclaims
 
 
 def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) -> None:
@@ -212,6 +219,7 @@ def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) 
     tracker.pod("ADDED", job, T0 - 10)
     tracker.pod("ADDED", done, T0 - 10)
     assert tracker.pod("DELETED", done, T0 - 5) == []  # finished before the reclaim
+    tracker.node("MODIFIED", _node(cordoned=True), T0)
     seen, *records = tracker.preempted_event(_event(at=T0), T0 + 3)
     assert isinstance(seen, ReclaimSeen)
     assert seen.displaced == 1  # job, not done
@@ -219,7 +227,7 @@ def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) 
     tracker2 = Tracker(policy=tracker.policy, classify=tracker.classify)
     tracker2.node("ADDED", _node(), T0 - 10)
     tracker2.pod("ADDED", job, T0 - 10)
-    tracker2.node("MODIFIED", _node(cordoned=True), T0 + 4)
+    tracker2.node("MODIFIED", _node(cordoned=True), T0)
     assert tracker2.replace_pods([], T0 + 4) == []  # gone, and no reclaim known yet
     seen, gone = tracker2.preempted_event(_event(at=T0), T0 + 4)
     assert isinstance(seen, ReclaimSeen)
@@ -241,3 +249,167 @@ def test_a_pod_gone_before_a_cordon_revealed_the_reclaim_still_counts(tracker: T
     assert seen.reclaim.trigger is Trigger.CORDON
     assert isinstance(gone, Record)
     assert (gone.pod.name, gone.outcome) == ("job", Outcome.EXITED_IN_TIME)
+
+
+# --- whose Event is trusted, and how far -------------------------------------------------------
+
+
+def _forged(**changes: Any) -> Obj:
+    """The provider's Event as someone else could write it: ``changes`` to its metadata and
+    involvedObject."""
+    event = _event(uid="uid-forged")
+    event["metadata"].update(changes.pop("metadata", {}))
+    event["involvedObject"].update(changes.pop("involved", {}))
+    return event
+
+
+FORGED = {
+    # A tenant's service account may create Events in its own namespace only.
+    "tenant namespace": _forged(
+        metadata={"namespace": "tenant"},
+        involved={"apiVersion": "example.com/v1", "namespace": "tenant"},
+    ),
+    "kind of a CRD": _forged(involved={"apiVersion": "example.com/v1"}),
+    "namespaced": _forged(involved={"namespace": "tenant"}),
+    "another node's uid": _forged(involved={"uid": "uid-of-a-removed-pre-1"}),
+}
+
+
+@pytest.mark.parametrize("event", FORGED.values(), ids=FORGED.keys())
+def test_an_event_not_written_as_the_provider_writes_it_starts_nothing(
+    tracker: Tracker, event: Obj
+) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    tracker.node("MODIFIED", _node(cordoned=True), T0)  # cordoned, e.g. for maintenance
+    (ignored,) = tracker.preempted_event(event, T0)
+    assert isinstance(ignored, EventIgnored)
+    assert ignored.uid == "uid-forged"
+    assert tracker.preempted_event(event, T0 + 1) == []  # told once
+    assert not tracker.reclaims
+    assert tracker.tick(T0 + 30 + GRACE_SLACK + 1) == []
+    # The real reclaim that follows judges the pod.
+    seen, *rest = tracker.pod("MODIFIED", _deleting(job, T0 + 100), T0 + 100)
+    assert isinstance(seen, ReclaimSeen)
+    assert (seen.displaced, rest) == (1, [])
+    (done,) = _records(tracker.pod("DELETED", job, T0 + 110))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(10.0))
+
+
+def test_the_event_namespace_is_the_platforms_to_choose(policy: Policy) -> None:
+    tracker = Tracker(policy=policy, classify=lambda p: "interruptible",
+                      event_namespace="provider-events")  # fmt: skip
+    tracker.node("ADDED", _node(cordoned=True), T0)
+    (ignored,) = tracker.preempted_event(_event(), T0)
+    assert isinstance(ignored, EventIgnored)
+    assert "written in namespace default, not provider-events" in ignored.why
+    theirs = _event(uid="uid-event-2")
+    theirs["metadata"]["namespace"] = "provider-events"
+    (seen,) = tracker.preempted_event(theirs, T0)
+    assert isinstance(seen, ReclaimSeen)
+
+
+def test_the_provider_event_names_the_node_as_the_drill_writes_it(tracker: Tracker) -> None:
+    tracker.node("ADDED", _node(cordoned=True), T0)
+    event = _event()
+    event["involvedObject"] = {"apiVersion": "v1", "kind": "Node", "name": "pre-1",
+                               "uid": "uid-pre-1"}  # fmt: skip
+    event["source"] = {"component": "preemptguard-drill"}
+    (seen,) = tracker.preempted_event(event, T0)
+    assert isinstance(seen, ReclaimSeen)
+    assert seen.reclaim.trigger is Trigger.EVENT
+
+
+def test_an_event_on_a_node_not_cordoned_waits_for_its_cordon(tracker: Tracker) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    # The Event's watch delivers it before the node's: it waits for the cordon.
+    assert tracker.preempted_event(_event(at=T0), T0 + 0.2) == []
+    assert not tracker.reclaims
+    (seen,) = tracker.node("MODIFIED", _node(cordoned=True), T0 + 0.5)
+    assert isinstance(seen, ReclaimSeen)
+    assert (seen.displaced, seen.reclaim.started) == (1, T0)
+    # A node cordoned long after an Event is not the reclaim it announced.
+    tracker.node("ADDED", _node("pre-2"), T0)
+    assert tracker.preempted_event(_event("pre-2", at=T0, uid="uid-event-2"), T0) == []
+    assert tracker.node("MODIFIED", _node("pre-2", cordoned=True), T0 + 3600) == []
+    assert "pre-2" not in tracker.reclaims
+
+
+@pytest.mark.parametrize(
+    ("claimed", "listed", "started"),
+    [
+        (T0 - 500, False, T0 - 2),  # before the cordon seen at T0 (whole-second slack)
+        (T0 - 500, True, T0 + 10 - 300),  # the cordon not seen: at most the window ago
+        (T0 + 3600, False, T0 + 10),  # from the future: now
+        (T0 + 1, False, T0 + 1),  # between the cordon and now: as the Event says
+    ],
+)
+def test_an_events_own_time_is_kept_within_what_was_seen(
+    tracker: Tracker, claimed: float, listed: bool, started: float
+) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    job["metadata"]["creationTimestamp"] = stamp(T0 - 100)
+    if listed:
+        tracker.replace_nodes([_node(cordoned=True)], T0)
+    else:
+        tracker.node("ADDED", _node(), T0 - 200)
+        tracker.node("MODIFIED", _node(cordoned=True), T0)
+    tracker.pod("ADDED", job, T0)
+    (seen,) = tracker.preempted_event(_event(at=claimed), T0 + 10)
+    assert isinstance(seen, ReclaimSeen)
+    assert seen.reclaim.started == started
+    if not listed:
+        # A pod there before the cordon is displaced, however early the Event claimed to be.
+        assert seen.displaced == 1
+
+
+def test_a_restart_that_lists_the_event_before_the_pods_keeps_the_reclaims_key(
+    policy: Policy,
+) -> None:
+    """The first observer saw the cordon first; the one restarted sees the Event first."""
+    job = _pod("job", 60, workload="interruptible")
+    first = Tracker(policy=policy, classify=lambda p: "interruptible")
+    first.node("ADDED", _node(), T0 - 5)
+    first.pod("ADDED", job, T0 - 5)
+    first.node("MODIFIED", _node(cordoned=True), T0)
+    seen, *_ = first.pod("MODIFIED", _deleting(job, T0), T0)
+    assert isinstance(seen, ReclaimSeen)
+    assert first.preempted_event(_event(at=T0), T0 + 1) == []
+    second = Tracker(policy=policy, classify=lambda p: "interruptible")
+    second.replace_nodes([_node(cordoned=True)], T0 + 20)
+    (again,) = second.preempted_event(_event(at=T0), T0 + 20)
+    assert isinstance(again, ReclaimSeen)
+    assert again.reclaim.trigger is Trigger.EVENT
+    assert again.reclaim.key == seen.reclaim.key == "uid-pre-1"
+    assert again.displaced == 0  # its pods are not listed yet
+    second.replace_pods([_deleting(job, T0)], T0 + 20)
+    assert second.displaced_so_far(again) == 1  # counted when it is reported
+
+
+def test_a_pod_judged_without_its_deletion_is_judged_again_by_a_later_reclaim(
+    tracker: Tracker,
+) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    tracker.node("MODIFIED", _node(cordoned=True), T0)
+    (seen,) = tracker.preempted_event(_event(at=T0), T0)
+    assert isinstance(seen, ReclaimSeen)
+    # Neither deleted nor gone: recorded once its grace and the slack are past.
+    (still,) = _records(tracker.tick(T0 + 30 + GRACE_SLACK + 1))
+    assert (still.outcome, still.standing) == (Outcome.GRACE_EXPIRED, True)
+    assert tracker.pod("MODIFIED", job, T0 + 70) == []  # judged, for this reclaim
+    tracker.node("MODIFIED", _node(), T0 + 80)  # uncordoned: that reclaim is over
+    assert tracker.tick(T0 + 81) == []
+    assert not tracker.reclaims
+    # The node is reclaimed for real: the pod is deleted and judged by its deletion.
+    tracker.node("MODIFIED", _node(cordoned=True), T0 + 100)
+    seen, *rest = tracker.pod("MODIFIED", _deleting(job, T0 + 100), T0 + 100)
+    assert isinstance(seen, ReclaimSeen)
+    assert (seen.displaced, rest) == (1, [])
+    (done,) = _records(tracker.pod("DELETED", job, T0 + 112))
+    assert (done.outcome, done.seconds, done.standing) == (
+        Outcome.EXITED_IN_TIME, _approx(12.0), False)  # fmt: skip

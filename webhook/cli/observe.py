@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -10,12 +11,17 @@ import threading
 import uuid
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
-from webhook.cli.audit import ERROR, cluster_options, connect, load
+from webhook.cli.audit import ERROR, cluster_options, connect, fail, load
 from webhook.cli.options import policies_option
 from webhook.server.logs import LEVELS
+
+if TYPE_CHECKING:
+    from webhook.cluster.metrics import ObserverMetrics
+    from webhook.exposition import MetricsEndpoint
 
 OBSERVE_EXAMPLES = """
 \b
@@ -29,7 +35,11 @@ Examples:
 @policies_option
 @click.option("--metrics-host", default="0.0.0.0", show_default=True)
 @click.option(
-    "--metrics-port", default=9090, show_default=True, help="Plain-HTTP port of /metrics; 0: off."
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9090,
+    show_default=True,
+    help="Plain-HTTP port of /metrics; 0: off.",
 )
 @click.option(
     "--lease-name", default="preemptguard-observer", show_default=True, help="The Lease to hold."
@@ -55,6 +65,13 @@ Examples:
     help="Seconds between periodic audits by the leader, exported as metrics; 0: none.",
 )
 @click.option("--audit-reports", is_flag=True, help="Periodic audits also write PolicyReports.")
+@click.option(
+    "--node-event-namespace",
+    default="default",
+    show_default=True,
+    help="Where events about Nodes are recorded: only TogetherPreempted Events written there "
+    "are trusted to start a reclaim.",
+)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @cluster_options
 def observe_command(
@@ -67,6 +84,7 @@ def observe_command(
     no_leader_election: bool,
     audit_interval: float,
     audit_reports: bool,
+    node_event_namespace: str,
     log_level: str,
     kubeconfig: str | None,
     context: str | None,
@@ -91,6 +109,9 @@ def observe_command(
         raise click.UsageError("--audit-reports needs --audit-interval")
     logs.configure(log_level)
     policy = load(policies)
+    metrics = ObserverMetrics()
+    # Before connecting: a port taken is this command's own setting to fix, said at once.
+    endpoint = _serve_metrics(metrics, metrics_host, metrics_port) if metrics_port else None
     cluster = connect(kubeconfig, context)
     stop = threading.Event()
     settings = ObserverSettings(
@@ -99,9 +120,8 @@ def observe_command(
         leader_election=not no_leader_election,
         audit_interval=audit_interval,
         audit_reports=audit_reports,
+        node_event_namespace=node_event_namespace,
     )
-    metrics = ObserverMetrics()
-    endpoint = metrics.serve(metrics_host, metrics_port) if metrics_port else None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
@@ -118,6 +138,23 @@ def observe_command(
         if endpoint is not None:
             endpoint.close()
         cluster.close()
+
+
+def _serve_metrics(metrics: ObserverMetrics, host: str, port: int) -> MetricsEndpoint:
+    """Serve ``/metrics``, or exit with a plain message when the address cannot be had."""
+    try:
+        return metrics.serve(host, port)
+    except OSError as exc:
+        # A host that is not this machine's is the host's fault; anything else the port's.
+        bad_host = isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL
+        fix = "--metrics-host" if bad_host else "--metrics-port"
+        fail(f"cannot listen on {host}:{port}: {_why_not(exc)}; pick another {fix}")
+
+
+def _why_not(exc: OSError) -> str:
+    """``address already in use`` rather than ``[Errno 98] Address already in use``."""
+    reason = exc.strerror or str(exc)
+    return reason[:1].lower() + reason[1:]
 
 
 def _identity() -> str:

@@ -1,4 +1,5 @@
-"""``preemptguard observe``: watches Nodes, Pods and ``TogetherPreempted`` Events, recognises
+"""``preemptguard observe``: watches Nodes, Pods and ``TogetherPreempted`` Events (those in the
+namespace where events about Nodes are recorded, ``default``: the only ones trusted), recognises
 reclaims (``reclaims.Tracker``) and, on the replica that holds the Lease, reports each one:
 
 - a Kubernetes Event on the Node when a reclaim is recognised, and on each displaced pod's
@@ -37,9 +38,11 @@ from webhook.cluster.lease import LeaderElector, LeaseSettings
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.reclaims import (
     GRACE_SLACK,
+    NODE_EVENT_NAMESPACE,
     PREEMPTED_REASON,
     WINDOW_SECONDS,
     Action,
+    EventIgnored,
     Outcome,
     ReclaimSeen,
     Record,
@@ -55,7 +58,6 @@ log = structlog.get_logger(component="webhook.cluster.observer")
 
 COMPONENT = "preemptguard-observer"
 REPORTING_CONTROLLER = "preemptguard.together.ai/observer"
-NODE_EVENT_NAMESPACE = "default"  # where Events about Nodes go, as the kubelet puts them
 PREEMPTED_EVENTS = f"reason={PREEMPTED_REASON},involvedObject.kind=Node"
 REASONS = {
     Outcome.EXITED_IN_TIME: ("ReclaimExitedInTime", "Normal"),
@@ -74,6 +76,9 @@ class ObserverSettings:
     watch_seconds: int = 300
     audit_interval: float = 0.0  # seconds between periodic audits; 0: none
     audit_reports: bool = False
+    # Where events about Nodes are recorded: the only TogetherPreempted Events trusted, and
+    # where ReclaimObserved goes.
+    node_event_namespace: str = NODE_EVENT_NAMESPACE
 
 
 class Observer:
@@ -87,12 +92,15 @@ class Observer:
     ) -> None:
         self.cluster, self.policy, self.settings = cluster, policy, settings
         self.metrics, self.clock = metrics, clock
-        self.tracker = Tracker(policy=policy, classify=self._classify)
+        self.tracker = Tracker(
+            policy=policy, classify=self._classify, event_namespace=settings.node_event_namespace
+        )
         self.elector = LeaderElector(cluster, settings.lease, settings.identity, clock)
         self.leading = threading.Event()
         self.synced = threading.Event()
         self._inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        self._pending: collections.deque[tuple[float, Action]] = collections.deque()
+        # What the leader reports (Events, counts), kept for a while by a follower.
+        self._pending: collections.deque[tuple[float, ReclaimSeen | Record]] = collections.deque()
         self._namespaces: dict[str, tuple[float, NamespaceMeta]] = {}
         self._owners: dict[str, OwnerRef | None] = {}
         self._stop = threading.Event()
@@ -115,7 +123,7 @@ class Observer:
         )
         follows: tuple[tuple[str, str, dict[str, str]], ...] = (
             ("nodes", path("nodes"), {}),
-            ("events", path("events"), {"fieldSelector": PREEMPTED_EVENTS}),
+            ("events", self._events_path, {"fieldSelector": PREEMPTED_EVENTS}),
             ("pods", path("pods"), {}),
         )
         for label, where, params in follows:
@@ -152,15 +160,23 @@ class Observer:
         thread.start()
         self._threads.append(thread)
 
+    @property
+    def _events_path(self) -> str:
+        # Only there: an Event a tenant writes in its own namespace never reaches the observer.
+        return path("events", namespace=self.settings.node_event_namespace)
+
     def _initial_lists(self) -> dict[str, str]:
+        """Nodes, then pods, then Events: a reclaim the Events reveal finds its pods known."""
         now = self.clock.now()
         nodes = self.cluster.list_all(path("nodes"))
         self._handle(self.tracker.replace_nodes(nodes.items, now))
-        events = self.cluster.list_all(path("events"), params={"fieldSelector": PREEMPTED_EVENTS})
-        for event in events.items:
-            self._handle(self.tracker.preempted_event(event, now))
         pods = self.cluster.list_all(path("pods"))
         self._handle(self.tracker.replace_pods(pods.items, now))
+        events = self.cluster.list_all(
+            self._events_path, params={"fieldSelector": PREEMPTED_EVENTS}
+        )
+        for event in events.items:
+            self._handle(self.tracker.preempted_event(event, now))
         return {
             "nodes": nodes.resource_version,
             "events": events.resource_version,
@@ -237,7 +253,10 @@ class Observer:
         now = self.clock.now()
         horizon = WINDOW_SECONDS + GRACE_SLACK + 60
         for action in actions:
-            self._pending.append((now, action))
+            if isinstance(action, EventIgnored):
+                _ignored(action)  # told by every replica, once: nothing is written or counted
+            else:
+                self._pending.append((now, action))
         while self._pending and now - self._pending[0][0] > horizon:
             self._pending.popleft()
         if not self.leading.is_set():
@@ -258,18 +277,19 @@ class Observer:
             "name": reclaim.node,
             "uid": node.uid if node else "",
         }
+        # Counted now, not when the reclaim was recognised: the pods may have been listed since.
+        # More may follow (a pod deleted later), hence "so far".
+        displaced = self.tracker.displaced_so_far(seen)
         message = (
             f"reclaim of preemptible node {reclaim.node} recognised ({reclaim.trigger.value}): "
-            f"{seen.displaced} pods displaced; the provider removes the node {WINDOW_SECONDS} s "
+            f"{displaced} {'pod' if displaced == 1 else 'pods'} displaced so far, each reported "
+            f"on its owner when it goes; the provider removes the node {WINDOW_SECONDS} s "
             "after a reclaim begins"
         )
-        if not seen.new:
-            # Another key of this reclaim (the cordon, the provider's Event) came first and
-            # was reported: one Event and one count per reclaim, whichever is seen first.
-            return
-        name = f"{reclaim.node}.preemptguard-reclaim-{_suffix(seen.key)}"
-        written = self._event(NODE_EVENT_NAMESPACE, name, involved, "ReclaimObserved",
-                              "Warning", message)  # fmt: skip
+        # Named after the node's uid, whichever of the Event or the cordon came first.
+        name = f"{reclaim.node}.preemptguard-reclaim-{_suffix(reclaim.key)}"
+        written = self._event(self.settings.node_event_namespace, name, involved,
+                              "ReclaimObserved", "Warning", message)  # fmt: skip
         if written is False:
             return  # reported before (by this replica before a restart, or by another)
         self.metrics.reclaims.labels(trigger=reclaim.trigger.value).inc()
@@ -277,9 +297,9 @@ class Observer:
             "reclaim",
             node=reclaim.node,
             trigger=reclaim.trigger.value,
-            key=seen.key,
+            key=reclaim.key,
             started=format_time(reclaim.started),
-            displaced=seen.displaced,
+            displaced=displaced,
             event_written=written is True,
         )
 
@@ -290,8 +310,11 @@ class Observer:
                                      namespace=pod.namespace)  # fmt: skip
         reason, kind = REASONS[record.outcome]
         # Named after the pod alone, so that every replica writes the same name whatever owner
-        # it found: the second write fails (409) and nothing is counted twice.
-        name = f"{pod.name[:200]}.preemptguard-{pod.uid}"
+        # it found: the second write fails (409) and nothing is counted twice. A pod judged
+        # while still there, undeleted, may be judged again by its deletion in a later
+        # reclaim: that judgement has a name of its own.
+        suffix = "-undeleted" if record.standing else ""
+        name = f"{pod.name[: 200 - len(suffix)]}.preemptguard-{pod.uid}{suffix}"
         written = self._event(pod.namespace, name, involved.as_reference(), reason, kind,
                               record.message())  # fmt: skip
         if written is False:
@@ -435,6 +458,16 @@ class Observer:
         self.metrics.audit_timestamp.set(self.clock.now())
         log.info("audit", duration_s=round(duration, 2), reports=len(written), **summary)
         return result
+
+
+def _ignored(ignored: EventIgnored) -> None:
+    log.info(
+        "preempted_event_ignored",
+        name=f"{ignored.namespace}/{ignored.name}" if ignored.name else "",
+        uid=ignored.uid,
+        node=ignored.node,
+        reason=f"not trusted to start a reclaim: {ignored.why}",
+    )
 
 
 def _suffix(key: str) -> str:

@@ -2,7 +2,11 @@
 the watches deliver and the time they arrive.
 
 A **reclaim** of a preemptible node starts with the provider's ``TogetherPreempted`` Event on
-the Node, or, without one, when the node is cordoned and a pod on it is being deleted. Every pod
+the cordoned Node, or, without one, when the node is cordoned and a pod on it is being deleted.
+Only an Event written where events about Nodes are recorded (``default``) about the Node itself
+(``v1``, no namespace, the node's current uid) is trusted: anyone may write Events in their own
+namespace, and an Event's times are the writer's to choose, so its time is kept within the
+node's cordon and the window (``bounded_start``). Every pod
 on the node then is **displaced** (DaemonSet and mirror pods belong to the node and are left
 out): its SIGTERM is when its deletion was seen (or, read after the fact, its
 ``deletionTimestamp`` minus ``deletionGracePeriodSeconds``), or the reclaim's start for a pod the
@@ -13,9 +17,10 @@ provider stops without deleting it. Its **outcome** is decided once:
   or ``GRACE_SLACK`` after the deadline if it never goes);
 - ``lost-with-node``: the node was removed while the pod was still inside its grace period.
 
-Each reclaim and each outcome carries a key (the Event's uid or the node's uid; the pod's uid)
-that the observer turns into idempotent writes, so a restarted or newly elected observer that
-sees the same reclaim again does not count it twice.
+Each reclaim and each outcome carries a key (the node's uid, whichever of the Event or the
+cordon shows the reclaim first; the pod's uid) that the observer turns into idempotent writes,
+so a restarted or newly elected observer that sees the same reclaim again, in whatever order,
+does not count it twice. The provider removes a reclaimed node, so its uid names one reclaim.
 """
 
 from __future__ import annotations
@@ -32,11 +37,22 @@ from webhook.engine.policy import Policy
 from webhook.engine.workloads import mapping_at
 
 PREEMPTED_REASON = "TogetherPreempted"
+# Where Events about Nodes (cluster-scoped) are recorded, as the kubelet and kubectl put them.
+NODE_EVENT_NAMESPACE = "default"
 WINDOW_SECONDS = 300
 # A pod still there this long after its grace ran out is recorded without an exit time.
 GRACE_SLACK = 30.0
 # A TogetherPreempted Event older than this starts nothing (its node is long gone).
 STALE_EVENT_SECONDS = WINDOW_SECONDS + 300
+# The provider cordons and writes its Event together; the watches may deliver them in either
+# order, so an Event on a node not cordoned yet waits this long for the cordon.
+CORDON_WAIT_SECONDS = 60.0
+# Event times are whole seconds, and a cordon is seen a moment after it happens: an Event may
+# say it came this much before the cordon was seen.
+CORDON_SLACK = 2.0
+# How long an ignored Event's uid is remembered, so that it is reported once (the API server
+# keeps Events an hour by default).
+IGNORED_MEMORY_SECONDS = 3600.0
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -79,12 +95,15 @@ class Displaced:
 
 @dataclass(frozen=True, kw_only=True)
 class Record:
-    """A displaced pod's outcome; ``seconds`` from SIGTERM to its exit (None: not seen to exit)."""
+    """A displaced pod's outcome; ``seconds`` from SIGTERM to its exit (None: not seen to exit).
+    ``standing``: decided while the pod was still there and not deleted, so a later reclaim of
+    its node may judge it again (by its deletion)."""
 
     pod: Displaced
     outcome: Outcome
     seconds: float | None
     at: float
+    standing: bool = False
 
     def message(self) -> str:
         p = self.pod
@@ -119,16 +138,24 @@ class Record:
 
 @dataclass(frozen=True, kw_only=True)
 class ReclaimSeen:
-    """A reclaim recognised: ``new`` is False when it only gained another key (an Event that
-    came after the cordon), which must be marked as seen without counting it again."""
+    """A reclaim recognised, with the pods it had displaced by then (more may follow)."""
 
     reclaim: Reclaim
-    key: str
-    new: bool
     displaced: int
 
 
-Action = ReclaimSeen | Record
+@dataclass(frozen=True, kw_only=True)
+class EventIgnored:
+    """A ``TogetherPreempted`` Event not trusted to start a reclaim, and why (told once)."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    why: str
+
+
+Action = ReclaimSeen | Record | EventIgnored
 Classifier = Callable[[Obj], str]
 
 
@@ -142,19 +169,40 @@ class _Pod:
     grace: int = 0
 
 
+@dataclass(frozen=True)
+class _Preempted:
+    """A trusted ``TogetherPreempted`` Event: its uid, the node uid it names (may be empty),
+    when it says it happened (never later than when it was seen) and when it was seen."""
+
+    uid: str
+    node_uid: str
+    at: float
+    seen: float
+
+
 @dataclass
 class Tracker:
     """The state of every preemptible node and its pods, fed by watch events in order."""
 
     policy: Policy
     classify: Classifier
+    event_namespace: str = NODE_EVENT_NAMESPACE
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, _Pod] = field(default_factory=dict)
     reclaims: dict[str, Reclaim] = field(default_factory=dict)
     displaced: dict[str, Displaced] = field(default_factory=dict)
+    # Pods judged, not judged again while they are there; ``standing`` holds those judged
+    # without their deletion (node name by uid), judged again in a later reclaim of the node.
     decided: set[str] = field(default_factory=set)
-    # node name -> (uid, time) of the latest TogetherPreempted Event naming it
-    preempted: dict[str, tuple[str, float]] = field(default_factory=dict)
+    standing: dict[str, str] = field(default_factory=dict)
+    # reclaim key -> pods it displaced so far
+    tally: dict[str, int] = field(default_factory=dict)
+    # node name -> the latest trusted TogetherPreempted Event naming it
+    preempted: dict[str, _Preempted] = field(default_factory=dict)
+    # node name -> when it was seen being cordoned (absent: not seen, e.g. listed cordoned)
+    cordoned: dict[str, float] = field(default_factory=dict)
+    # uid -> when, of the Events ignored (each is told once)
+    ignored: dict[str, float] = field(default_factory=dict)
     # Pods of preemptible nodes that went before any reclaim of their node was known, and
     # when: a reclaim learnt of later (a watch that broke and was listed again, the Event
     # arriving after the deletions) still counts them.
@@ -162,12 +210,24 @@ class Tracker:
 
     # --- nodes ------------------------------------------------------------------------------
 
-    def node(self, kind: str, obj: Obj, now: float) -> list[Action]:
+    def node(self, kind: str, obj: Obj, now: float, *, live: bool = True) -> list[Action]:
+        """A node as a watch delivers it; ``live``: as it changed (not read again in a list, where
+        a cordon may be long past)."""
         facts = inventory.node_facts(obj, self.policy)
         if kind == "DELETED":
             self.nodes.pop(facts.name, None)
             return self._node_gone(facts.name, now)
+        before = self.nodes.get(facts.name)
         self.nodes[facts.name] = facts
+        if not facts.unschedulable or (before is not None and before.uid != facts.uid):
+            self.cordoned.pop(facts.name, None)
+        elif before is not None and not before.unschedulable:
+            if live:
+                self.cordoned[facts.name] = now
+            else:
+                self.cordoned.pop(facts.name, None)
+        if facts.unschedulable and facts.name in self.preempted:
+            return self._open_by_event(facts.name, now)
         return []
 
     def replace_nodes(self, objs: Iterable[Obj], now: float) -> list[Action]:
@@ -178,7 +238,7 @@ class Tracker:
             del self.nodes[name]
             actions += self._node_gone(name, now)
         for obj in listed.values():
-            actions += self.node("MODIFIED", obj, now)
+            actions += self.node("MODIFIED", obj, now, live=False)
         return actions
 
     def _node_gone(self, name: str, now: float) -> list[Action]:
@@ -190,12 +250,25 @@ class Tracker:
                 actions.append(self._decide(uid, Outcome.LOST_WITH_NODE, elapsed, now))
             else:
                 actions.append(self._decide(uid, Outcome.GRACE_EXPIRED, None, now))
-        self.reclaims.pop(name, None)
+        self._close(name)
+        self.preempted.pop(name, None)
+        self.cordoned.pop(name, None)
         for uid in [u for u, p in self.pods.items() if p.node == name]:
             del self.pods[uid]
+            self.decided.discard(uid)
         for uid in [u for u, (p, _) in self.gone.items() if p.node == name]:
             del self.gone[uid]
         return actions
+
+    def _close(self, name: str) -> None:
+        """The reclaim of node ``name`` is over: what was judged without its deletion may be
+        judged again by a later one."""
+        reclaim = self.reclaims.pop(name, None)
+        if reclaim is not None:
+            self.tally.pop(reclaim.key, None)
+        for uid in [u for u, n in self.standing.items() if n == name]:
+            del self.standing[uid]
+            self.decided.discard(uid)
 
     # --- the provider's Event ---------------------------------------------------------------
 
@@ -203,24 +276,57 @@ class Tracker:
         involved = mapping_at(obj, "involvedObject")
         if obj.get("reason") != PREEMPTED_REASON or involved.get("kind") != "Node":
             return []
-        name, uid = str(involved.get("name") or ""), inventory.uid_of(obj)
-        at = event_time(obj) or now
-        if not name or not uid or now - at > STALE_EVENT_SECONDS:
+        uid = inventory.uid_of(obj)
+        if not uid or uid in self.ignored:
             return []
+        name = str(involved.get("name") or "")
+        why = untrusted(obj, self.event_namespace)
+        at = event_time(obj)
+        if why is None and at is not None and now - at > STALE_EVENT_SECONDS:
+            why = f"it is {now - at:.0f} s old, past the {WINDOW_SECONDS} s reclaim window"
+        if why is not None:
+            return self._ignore(obj, name, why, now)
         seen = self.preempted.get(name)
-        if seen is not None and seen[0] == uid:
+        if seen is not None and seen.uid == uid:
             return []  # the same Event again (a relist, a count bump)
-        self.preempted[name] = (uid, at)
-        open_reclaim = self.reclaims.get(name)
-        if open_reclaim is not None:
-            if open_reclaim.key == uid:
-                return []
-            return [ReclaimSeen(reclaim=open_reclaim, key=uid, new=False, displaced=0)]
-        node = self.nodes.get(name)
-        if node is None or node.compute_class != PREEMPTIBLE:
+        at = min(at if at is not None else now, now)  # an Event from the future starts now
+        node_uid = str(involved.get("uid") or "")
+        self.preempted[name] = _Preempted(uid=uid, node_uid=node_uid, at=at, seen=now)
+        return self._open_by_event(name, now)
+
+    def _open_by_event(self, name: str, now: float) -> list[Action]:
+        """Open the reclaim the node's trusted Event announces once the node is cordoned (the
+        provider cordons it at once): until then the Event waits ``CORDON_WAIT_SECONDS``."""
+        if name in self.reclaims:
+            del self.preempted[name]
+            return []  # already open (its cordon came first): one reclaim, one key
+        event, node = self.preempted[name], self.nodes.get(name)
+        if node is None or not node.unschedulable:
             return []
-        reclaim = Reclaim(node=name, key=uid, trigger=Trigger.EVENT, started=at)
+        del self.preempted[name]
+        if now - event.seen > CORDON_WAIT_SECONDS:
+            return []  # the node was cordoned long after the Event: not this reclaim
+        why = None
+        if node.compute_class != PREEMPTIBLE:
+            why = f"node {name} is not preemptible"
+        elif event.node_uid and event.node_uid != node.uid:
+            why = f"it names node uid {event.node_uid}, but node {name} is {node.uid}"
+        if why is not None:
+            return [self._ignored(event.uid, self.event_namespace, "", name, why, now)]
+        started = bounded_start(event.at, now, self.cordoned.get(name))
+        reclaim = Reclaim(node=name, key=node.uid or name, trigger=Trigger.EVENT, started=started)
         return self._open(reclaim, now)
+
+    def _ignore(self, obj: Obj, node: str, why: str, now: float) -> list[Action]:
+        uid, meta = inventory.uid_of(obj), inventory.meta_of(obj)
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        return [self._ignored(uid, namespace, name, node, why, now)]
+
+    def _ignored(
+        self, uid: str, namespace: str, name: str, node: str, why: str, now: float
+    ) -> EventIgnored:
+        self.ignored[uid] = now
+        return EventIgnored(uid=uid, namespace=namespace, name=name, node=node, why=why)
 
     # --- pods -------------------------------------------------------------------------------
 
@@ -235,6 +341,7 @@ class Tracker:
             if view is not None and uid not in self.decided:
                 self.gone[uid] = (view, now)
             self.decided.discard(uid)
+            self.standing.pop(uid, None)
             return []
         node = inventory.node_name_of(obj)
         facts = self.nodes.get(node or "")
@@ -273,12 +380,9 @@ class Tracker:
         facts = self.nodes[view.node]
         reclaim = self.reclaims.get(view.node)
         if reclaim is None and view.deleting_since is not None and facts.unschedulable:
-            seen = self.preempted.get(view.node)
-            recent = seen is not None and view.deleting_since - seen[1] <= WINDOW_SECONDS
-            key = seen[0] if seen is not None and recent else facts.uid
-            reclaim = Reclaim(
-                node=view.node, key=key, trigger=Trigger.CORDON, started=view.deleting_since
-            )
+            # Keyed as the provider's Event would key it: whichever is seen first, one key.
+            reclaim = Reclaim(node=view.node, key=facts.uid or facts.name,
+                              trigger=Trigger.CORDON, started=view.deleting_since)  # fmt: skip
             actions += self._open(reclaim, now)
         if reclaim is None or uid in self.decided:
             return actions
@@ -287,6 +391,7 @@ class Tracker:
             if not self._displaced_by(view, reclaim):
                 return actions
             current = self.displaced[uid] = self._displace(uid, view, reclaim)
+            self.tally[reclaim.key] = self.tally.get(reclaim.key, 0) + 1
         elif not current.deleted and view.deleting_since is not None:
             # The provider's Event came first; the pod's own deletion is its SIGTERM.
             self.displaced[uid] = current = replace(
@@ -338,10 +443,15 @@ class Tracker:
             del self.gone[uid]
             # It went while its node was being reclaimed: its SIGTERM was the reclaim's.
             self.displaced[uid] = self._displace(uid, view, reclaim, went=True)
+            self.tally[reclaim.key] = self.tally.get(reclaim.key, 0) + 1
             late.append(self._exited(uid, at))
-        count = len(late) + sum(d.reclaim == reclaim.key for d in self.displaced.values())
-        seen = ReclaimSeen(reclaim=reclaim, key=reclaim.key, new=True, displaced=count)
+        seen = ReclaimSeen(reclaim=reclaim, displaced=self.tally.get(reclaim.key, 0))
         return [seen, *actions, *late]
+
+    def displaced_so_far(self, seen: ReclaimSeen) -> int:
+        """The pods the reclaim ``seen`` has displaced by now (more than when it was seen, once
+        the pods that were being listed are known)."""
+        return max(self.tally.get(seen.reclaim.key, 0), seen.displaced)
 
     # --- outcomes ---------------------------------------------------------------------------
 
@@ -351,29 +461,91 @@ class Tracker:
         outcome = Outcome.EXITED_IN_TIME if round(elapsed) <= pod.grace else Outcome.GRACE_EXPIRED
         return self._decide(uid, outcome, elapsed, now)
 
-    def _decide(self, uid: str, outcome: Outcome, seconds: float | None, now: float) -> Record:
+    def _decide(
+        self,
+        uid: str,
+        outcome: Outcome,
+        seconds: float | None,
+        now: float,
+        *,
+        standing: bool = False,
+    ) -> Record:
         pod = self.displaced.pop(uid)
-        self.decided.add(uid)
-        if uid not in self.pods:
-            self.decided.discard(uid)
-        return Record(pod=pod, outcome=outcome, seconds=seconds, at=now)
+        if uid in self.pods:
+            self.decided.add(uid)
+            if standing:
+                # Judged while still there and never deleted (the provider's Event came and
+                # the pod did not go): only this reclaim is done with it; a later reclaim of
+                # the node judges it again, by its deletion.
+                self.standing[uid] = pod.node
+        return Record(pod=pod, outcome=outcome, seconds=seconds, at=now, standing=standing)
+
+    def _standing(self, uid: str) -> bool:
+        """Still there, not being deleted and not finished."""
+        view = self.pods.get(uid)
+        return (
+            view is not None
+            and view.deleting_since is None
+            and inventory.phase_of(view.obj) not in TERMINAL_PHASES
+        )
 
     def tick(self, now: float) -> list[Action]:
         """Pods past their grace and then some, and reclaims with nothing left to watch."""
         actions: list[Action] = []
         for uid, pod in list(self.displaced.items()):
             if now - pod.sigterm > pod.grace + GRACE_SLACK:
-                actions.append(self._decide(uid, Outcome.GRACE_EXPIRED, None, now))
+                standing = self._standing(uid)
+                actions.append(
+                    self._decide(uid, Outcome.GRACE_EXPIRED, None, now, standing=standing)
+                )
         for uid, (_, at) in list(self.gone.items()):
             if now - at > STALE_EVENT_SECONDS:
                 del self.gone[uid]
+        for name, event in list(self.preempted.items()):
+            if now - event.seen > STALE_EVENT_SECONDS:
+                del self.preempted[name]
+        for uid, at in list(self.ignored.items()):
+            if now - at > IGNORED_MEMORY_SECONDS:
+                del self.ignored[uid]
         for name, reclaim in list(self.reclaims.items()):
             facts = self.nodes.get(name)
             busy = any(d.node == name for d in self.displaced.values())
             over = now - reclaim.started > WINDOW_SECONDS + GRACE_SLACK
             if not busy and (facts is None or not facts.unschedulable or over):
-                del self.reclaims[name]
+                self._close(name)
         return actions
+
+
+def untrusted(event: Obj, namespace: str) -> str | None:
+    """Why a ``TogetherPreempted`` Event cannot be the provider's (None: it can be): Events
+    about a Node are written in ``namespace`` (``default``), which tenants cannot write to,
+    and name the core Node, which has no namespace."""
+    written_in = inventory.namespace_of(event)
+    if written_in != namespace:
+        return (
+            f"it was written in namespace {written_in or '(none)'}, not {namespace} "
+            "where events about Nodes are recorded"
+        )
+    involved = mapping_at(event, "involvedObject")
+    api_version = str(involved.get("apiVersion") or "")
+    if api_version not in ("", "v1"):
+        return f"it is about a {api_version} Node, not a v1 (core) Node"
+    involved_namespace = str(involved.get("namespace") or "")
+    if involved_namespace not in ("", NODE_EVENT_NAMESPACE, namespace):
+        return f"it names namespace {involved_namespace}, and Nodes have none"
+    if not involved.get("name"):
+        return "it names no node"
+    return None
+
+
+def bounded_start(claimed: float, now: float, cordoned: float | None) -> float:
+    """When a reclaim an Event announces began: the Event's own time, which its writer chose,
+    kept within what was seen: not after now, not before the node's cordon (when it was seen),
+    not longer ago than the window (the provider removes the node by then)."""
+    floor = now - WINDOW_SECONDS
+    if cordoned is not None:
+        floor = max(floor, cordoned - CORDON_SLACK)
+    return min(max(claimed, floor), now)
 
 
 def deletion_started(obj: Obj, *, live: bool, now: float) -> float | None:
