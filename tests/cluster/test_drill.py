@@ -15,8 +15,10 @@ from tests.cluster.conftest import FakeClock, namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer
 from webhook.cli.main import main
 from webhook.cluster import drill
-from webhook.cluster.client import Cluster
+from webhook.cluster.client import Cluster, ClusterError
 from webhook.engine.policy import Policy
+
+Obj = dict[str, Any]
 
 TOLERATE: dict[str, Any] = {
     "tolerations": [{"key": "together.ai/compute-class", "operator": "Exists"}]
@@ -227,3 +229,270 @@ def test_the_command_refuses_a_standard_node(fake: FakeApiServer, tmp_path: Path
     out = _run(fake, tmp_path, "std-1", "--yes")
     assert out.exit_code == 2
     assert "error: node std-1 is a standard node" in out.output
+
+
+# --- what the drill must never do ----------------------------------------------------------
+
+
+def _pods_of(timed: FakeApiServer, node_name: str) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in timed.list("Pod", "team")
+        if p["spec"].get("nodeName") == node_name
+    }
+
+
+def test_a_pod_recreated_under_its_name_after_the_plan_is_left_alone(
+    timed: FakeApiServer,
+    timed_connect: Callable[[], Cluster],
+    policy: Policy,
+    clock: FakeClock,
+) -> None:
+    _node_with_pods(timed, policy)
+    cluster = timed_connect()
+    the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=5)
+    # While the prompt waits, two planned pods go and their StatefulSet makes them again under
+    # the same names: one on the standard node, one on the drilled node itself.
+    timed.remove("Pod", "batch", "team")
+    timed.put(pod("batch", workload="interruptible", node_name="std-1", grace=60))
+    timed.remove("Pod", "eval", "team")
+    timed.put(pod("eval", workload="flexible", node_name="pre-1", grace=5))
+    report = drill.execute(cluster, the_plan, clock)
+    for name in ("batch", "eval"):
+        recreated = timed.get("Pod", name, "team")
+        assert recreated is not None
+        assert "deletionTimestamp" not in recreated["metadata"], name
+    deleted = {r.path.rsplit("/", 1)[-1] for r in timed.requests if r.method == "DELETE"}
+    assert deleted == {"api", "sweep"}
+    by_name = {r.pod.name: r for r in report.results}
+    assert by_name["batch"].describe() == (
+        "gone before the drill deleted it (a new pod of that name, if any, was left alone)"
+    )
+    assert by_name["eval"].outcome == "exited-in-time"
+
+
+class _Refusing(Cluster):
+    """A client whose deletes of some pods are refused as the API server refuses them."""
+
+    refusals: dict[str, int] = {}  # noqa: RUF012 - set per test before connecting
+
+    def delete(self, resource_path: str, *, grace_seconds: int | None = None) -> Obj:
+        status = self.refusals.get(resource_path.rsplit("/", 1)[-1])
+        if status is not None:
+            raise ClusterError(f"DELETE {resource_path}: HTTP {status}", status=status)
+        return super().delete(resource_path, grace_seconds=grace_seconds)
+
+
+def test_a_delete_refused_as_conflict_or_not_found_counts_the_planned_pod_as_gone(
+    timed: FakeApiServer, policy: Policy, clock: FakeClock, tmp_path: Path
+) -> None:
+    _node_with_pods(timed, policy)
+    # 409: the name now belongs to another pod (the uid precondition failed); 404: no pod.
+    _Refusing.refusals = {"batch": 409, "eval": 404, "sweep": 403}
+    cluster = _Refusing.connect(str(timed.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=5)
+        report = drill.execute(cluster, the_plan, clock)
+    finally:
+        cluster.close()
+    outcomes = {r.pod.name: r.outcome for r in report.results}
+    assert outcomes == {
+        "api": "still-running",
+        "batch": "exited-in-time",
+        "eval": "exited-in-time",
+        "sweep": "not-deleted",
+    }
+
+
+def test_a_name_taken_between_the_last_look_and_the_delete_is_reported(
+    timed: FakeApiServer, policy: Policy, clock: FakeClock, tmp_path: Path
+) -> None:
+    _node_with_pods(timed, policy)
+
+    class Racing(Cluster):
+        """The StatefulSet wins the race: the pod is replaced just before its delete."""
+
+        def delete(self, resource_path: str, *, grace_seconds: int | None = None) -> Obj:
+            if resource_path.endswith("/sweep"):
+                timed.remove("Pod", "sweep", "team")
+                timed.put(pod("sweep", workload="interruptible", node_name="std-1", grace=240))
+            return super().delete(resource_path, grace_seconds=grace_seconds)
+
+    cluster = Racing.connect(str(timed.kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=1)
+        report = drill.execute(cluster, the_plan, clock)
+    finally:
+        cluster.close()
+    (sweep,) = [r for r in report.results if r.pod.name == "sweep"]
+    assert sweep.outcome == "not-deleted"
+    assert "a new pod of that name (uid " in sweep.describe()
+    assert not report.clean
+
+
+def _refuse_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    def create(self: Cluster, resource_path: str, obj: Obj) -> Obj:
+        if "/events" in resource_path:
+            raise ClusterError(f"POST {resource_path}: HTTP 403: events is forbidden", status=403)
+        return {}
+
+    monkeypatch.setattr(Cluster, "create", create)
+
+
+def _refuse_uncordon(monkeypatch: pytest.MonkeyPatch) -> None:
+    patch = Cluster.merge_patch
+
+    def merge_patch(self: Cluster, resource_path: str, body: Obj) -> Obj:
+        if body == {"spec": {"unschedulable": None}}:
+            raise ClusterError(f"PATCH {resource_path}: HTTP 403: nodes is forbidden", status=403)
+        return patch(self, resource_path, body)
+
+    monkeypatch.setattr(Cluster, "merge_patch", merge_patch)
+
+
+def _cordoned(timed: FakeApiServer, name: str = "pre-1") -> bool:
+    found = timed.get("Node", name)
+    assert found is not None
+    return bool(found["spec"].get("unschedulable"))
+
+
+def test_an_event_refused_undoes_the_drills_cordon_before_anything_is_deleted(
+    timed: FakeApiServer,
+    timed_connect: Callable[[], Cluster],
+    policy: Policy,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _node_with_pods(timed, policy)
+    cluster = timed_connect()
+    the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=5)
+    _refuse_events(monkeypatch)
+    with pytest.raises(ClusterError) as raised:
+        drill.execute(cluster, the_plan, clock)  # not even asked to uncordon
+    assert "HTTP 403: events is forbidden" in str(raised.value)
+    assert str(raised.value).endswith(
+        "nothing was deleted, and the drill's cordon of node pre-1 was undone"
+    )
+    assert not _cordoned(timed)
+    assert not [r for r in timed.requests if r.method == "DELETE"]
+
+
+def test_an_event_refused_and_the_cordon_not_undone_says_how_to_uncordon(
+    timed: FakeApiServer,
+    timed_connect: Callable[[], Cluster],
+    policy: Policy,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _node_with_pods(timed, policy)
+    cluster = timed_connect()
+    the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=5)
+    _refuse_events(monkeypatch)
+    _refuse_uncordon(monkeypatch)
+    with pytest.raises(ClusterError) as raised:
+        drill.execute(cluster, the_plan, clock, uncordon=True)
+    message = str(raised.value)
+    assert "nothing was deleted, but node pre-1 is left cordoned" in message
+    assert "HTTP 403: nodes is forbidden" in message
+    assert message.endswith("run `kubectl uncordon pre-1`")
+    assert _cordoned(timed)
+
+
+def test_an_uncordon_that_fails_at_the_end_still_reports_the_pods(
+    fake: FakeApiServer, tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _node_with_pods(fake, policy)
+    _refuse_uncordon(monkeypatch)
+    out = _run(fake, tmp_path, "pre-1", "--yes", "--wait", "0", "--uncordon")
+    assert out.exit_code == 2, out.output
+    assert "Outcomes: 4 still-running" in out.output
+    assert (
+        "Node pre-1: left cordoned: uncordoning it failed (PATCH /api/v1/nodes/pre-1: HTTP 403: "
+        "nodes is forbidden): run `kubectl uncordon pre-1`"
+    ) in out.output
+    assert _cordoned(fake)
+
+
+def test_the_command_says_the_event_was_refused_and_the_cordon_undone(
+    fake: FakeApiServer, tmp_path: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _node_with_pods(fake, policy)
+    _refuse_events(monkeypatch)
+    out = _run(fake, tmp_path, "pre-1", "--yes")
+    assert out.exit_code == 2, out.output
+    assert "error: cannot write the TogetherPreempted Event" in out.output
+    assert "the drill's cordon of node pre-1 was undone" in out.output
+    assert not _cordoned(fake)
+
+
+def test_uncordon_leaves_a_cordon_the_drill_did_not_make(
+    timed: FakeApiServer,
+    timed_connect: Callable[[], Cluster],
+    policy: Policy,
+    clock: FakeClock,
+) -> None:
+    _node_with_pods(timed, policy)
+    timed.modify("Node", "pre-1", spec={"unschedulable": True})  # someone's maintenance
+    cluster = timed_connect()
+    the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=1)
+    assert the_plan.cordoned
+    report = drill.execute(cluster, the_plan, clock, uncordon=True)
+    assert _cordoned(timed)
+    assert not report.uncordoned
+    assert not [r for r in timed.requests if r.method == "PATCH"]
+    assert report.node_state() == (
+        "left cordoned: it was cordoned before the drill, and --uncordon undoes only the "
+        "drill's own cordon"
+    )
+
+
+def test_a_cordon_made_while_the_prompt_waited_is_not_the_drills_either(
+    timed: FakeApiServer,
+    timed_connect: Callable[[], Cluster],
+    policy: Policy,
+    clock: FakeClock,
+) -> None:
+    _node_with_pods(timed, policy)
+    cluster = timed_connect()
+    the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=1)
+    timed.modify("Node", "pre-1", spec={"unschedulable": True})
+    report = drill.execute(cluster, the_plan, clock, uncordon=True)
+    assert not report.cordoned_by_drill
+    assert _cordoned(timed)
+
+
+def test_the_command_says_it_left_an_earlier_cordon_in_place(
+    fake: FakeApiServer, tmp_path: Path, policy: Policy
+) -> None:
+    _node_with_pods(fake, policy)
+    fake.modify("Node", "pre-1", spec={"unschedulable": True})
+    out = _run(fake, tmp_path, "pre-1", "--yes", "--wait", "0", "--uncordon")
+    assert out.exit_code == 1, out.output
+    assert "Node pre-1: left cordoned: it was cordoned before the drill" in out.output
+    assert _cordoned(fake)
+
+
+@pytest.mark.parametrize("wait", ["nan", "NaN", "inf", "-inf", "infinity"])
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
+def test_a_wait_that_is_not_a_finite_number_is_refused_before_anything(
+    fake: FakeApiServer, tmp_path: Path, policy: Policy, wait: str, dry_run: tuple[str, ...]
+) -> None:
+    _node_with_pods(fake, policy)
+    fake.reset_requests()
+    out = _run(fake, tmp_path, "pre-1", "--yes", "--wait", wait, *dry_run)
+    assert out.exit_code == 2, out.output
+    assert "Invalid value for '--wait'" in out.output
+    assert "a finite number of seconds" in out.output
+    assert not fake.requests
+
+
+def test_a_prompt_with_its_input_closed_is_a_drill_not_confirmed(
+    fake: FakeApiServer, tmp_path: Path, policy: Policy
+) -> None:
+    _node_with_pods(fake, policy)
+    fake.reset_requests()
+    out = _run(fake, tmp_path, "pre-1", stdin="")  # stdin at its end, as </dev/null
+    assert out.exit_code == 2, out.output
+    assert "Aborted!" not in out.output
+    assert out.output.rstrip().endswith("drill not started")
+    assert {r.method for r in fake.requests} == {"GET"}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +28,22 @@ CLEAN, NOT_CLEAN = 0, 1
 BAR_WIDTH = 30
 
 
+class FiniteSeconds(click.FloatRange):
+    """Seconds from 0 up, finite: ``float()`` reads ``nan`` and ``inf``, and a drill waiting
+    for NaN seconds would fail only after its deletes, one waiting forever would never end."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return super().convert(seconds, param, ctx)
+
+
 @click.command("drill", epilog=DRILL_EXAMPLES)
 @click.argument("node")
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
@@ -37,7 +54,7 @@ BAR_WIDTH = 30
 @click.option(
     "--wait",
     "wait_seconds",
-    type=click.FloatRange(min=0),
+    type=FiniteSeconds(),
     default=300.0,
     show_default=True,
     help="Seconds to wait for the pods to exit: the provider's window before the node is gone.",
@@ -67,8 +84,13 @@ def drill_command(
     class were on the node. DaemonSet and mirror pods are left running. The node is not
     removed and stays cordoned unless --uncordon is given. A standard node is refused.
 
+    The node is uncordoned with --uncordon only when the drill cordoned it; a cordon made
+    before the drill stays. A drill stopped before any delete (the Event refused) undoes its
+    own cordon.
+
     Exit status: 0 every pod exited within its grace period and no critical pod was on the
-    node, 1 otherwise, 2 error (including a refused node or an unconfirmed drill).
+    node, 1 otherwise, 2 error (including a refused node, an unconfirmed drill, or a node
+    that could not be uncordoned).
     """
     from webhook.cluster import drill
     from webhook.cluster.client import ClusterError
@@ -87,9 +109,8 @@ def drill_command(
         sys.exit(CLEAN)
     if output == "text":
         click.echo(render_plan(the_plan, dry_run=False))
-    if not yes and not click.confirm(
-        f"Cordon {node} and delete {len(the_plan.to_delete)} pods now?", err=True
-    ):
+    if not yes and not _confirmed(the_plan):
+        cluster.close()
         click.echo("drill not started", err=True)
         sys.exit(ERROR)
     status = StatusLine(every=10.0)
@@ -108,7 +129,22 @@ def drill_command(
         cluster.close()
     status.done()
     click.echo(json.dumps(report.as_json(), indent=2) if output == "json" else render(report))
+    if report.uncordon_error is not None:
+        fail(f"node {node} {report.node_state()}")
     sys.exit(CLEAN if report.clean else NOT_CLEAN)
+
+
+def _confirmed(the_plan: Plan) -> bool:
+    """Asked on stderr; an input at its end (``</dev/null``, a closed pipe) or Ctrl-C at the
+    prompt is a no, so it exits 2 as a drill not confirmed rather than click's ``Aborted!``."""
+    question = f"Cordon {the_plan.node} and delete {len(the_plan.to_delete)} pods now?"
+    if the_plan.cordoned:
+        question = f"Delete {len(the_plan.to_delete)} pods on {the_plan.node} now?"
+    try:
+        return click.confirm(question, err=True)
+    except click.Abort:
+        click.echo(err=True)  # end the prompt's line
+        return False
 
 
 def _bar(waited: float, wait: float, gone: int, total: int) -> str:
@@ -164,6 +200,5 @@ def render(report: Report) -> str:
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "no pods"
     lines.append(f"Outcomes: {counts}")
     lines.append(_critical_line(report.plan))
-    node_state = "uncordoned" if report.uncordoned else "left cordoned (--uncordon to undo)"
-    lines.append(f"Node {report.plan.node}: {node_state}")
+    lines.append(f"Node {report.plan.node}: {report.node_state()}")
     return "\n".join(lines)

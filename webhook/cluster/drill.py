@@ -3,7 +3,13 @@ it (DESIGN §1): cordon, the ``TogetherPreempted`` Event, every pod deleted with
 period (a delete, not an eviction: the provider does not honour PodDisruptionBudgets), then up
 to 300 s for them to go. The report says, per pod, when it exited or that it was still running
 at the deadline, and which pods of a standard-only class were on the node (there should be
-none). The node is not removed; it is uncordoned only when asked.
+none). The node is not removed; it is uncordoned only when asked, and only when the drill
+cordoned it: a cordon someone else made before the drill is theirs to undo.
+
+Only the pods of the plan are deleted, by uid: a pod deleted while the plan waited for its
+confirmation and recreated under the same name (a StatefulSet's) is another pod, maybe on a
+standard node, and is left alone. When the drill stops before deleting anything (the Event
+refused), it undoes its own cordon, so a drill that did not happen leaves the node as it was.
 
 DaemonSet and mirror pods are left running, as ``kubectl drain --ignore-daemonsets`` leaves
 them: their controller or kubelet would recreate them on the cordoned node at once.
@@ -166,6 +172,8 @@ class PodResult:
     sigterm: float | None = None
     exited_after: float | None = None
     error: str | None = None
+    # Gone before its delete: not on the node any more, or its name taken by a newer pod.
+    gone_before: bool = False
 
     @property
     def outcome(self) -> str:
@@ -178,6 +186,10 @@ class PodResult:
     def describe(self) -> str:
         if self.error is not None:
             return f"not deleted: {self.error}"
+        if self.gone_before:
+            return (
+                "gone before the drill deleted it (a new pod of that name, if any, was left alone)"
+            )
         if self.exited_after is None:
             return f"still running at the deadline (grace period {self.pod.grace} s)"
         seconds = round(self.exited_after)
@@ -206,7 +218,10 @@ class Report:
     started: float
     results: list[PodResult] = field(default_factory=list)
     event: str = ""
+    uncordon: bool = False  # asked for
+    cordoned_by_drill: bool = False
     uncordoned: bool = False
+    uncordon_error: str | None = None
     waited: float = 0.0
 
     @property
@@ -214,13 +229,35 @@ class Report:
         """Every pod exited within its grace period and no critical pod was on the node."""
         return not self.plan.critical and all(r.outcome == "exited-in-time" for r in self.results)
 
+    def node_state(self) -> str:
+        """What became of the node's cordon, and how to undo it when the drill could not."""
+        node = self.plan.node
+        if self.uncordoned:
+            return "uncordoned"
+        if self.uncordon_error is not None:
+            return (
+                f"left cordoned: uncordoning it failed ({self.uncordon_error}): "
+                f"run `kubectl uncordon {node}`"
+            )
+        if not self.cordoned_by_drill and self.uncordon:
+            return (
+                "left cordoned: it was cordoned before the drill, and --uncordon undoes only the "
+                "drill's own cordon"
+            )
+        if not self.cordoned_by_drill:
+            return "left cordoned (it was cordoned before the drill)"
+        return "left cordoned (--uncordon to undo)"
+
     def as_json(self) -> dict[str, Any]:
         return {
             **self.plan.as_json(),
             "started": format_time(self.started),
             "event": self.event,
             "waitedSeconds": round(self.waited, 1),
+            "cordonedByDrill": self.cordoned_by_drill,
             "uncordoned": self.uncordoned,
+            "uncordonError": self.uncordon_error,
+            "nodeState": self.node_state(),
             "results": [r.as_json() for r in self.results],
             "clean": self.clean,
         }
@@ -238,32 +275,129 @@ def execute(
     uncordon: bool = False,
     progress: Progress | None = None,
 ) -> Report:
-    """Run the drill of ``the_plan``; raises ``ClusterError`` when the node cannot be cordoned
-    or the Event written (nothing has been deleted then)."""
-    node_path = path("nodes", name=the_plan.node)
-    started = clock.now()
-    report = Report(plan=the_plan, started=started)
-    if not the_plan.cordoned:
-        cluster.merge_patch(node_path, {"spec": {"unschedulable": True}})
-    report.event = _preempted_event(cluster, the_plan, clock.now())
+    """Run the drill of ``the_plan``; raises ``ClusterError`` when it stops before deleting
+    anything (the pods not listed again, the node not cordoned, the Event not written), with
+    what became of the node's cordon in the message. A failed uncordon at the end is reported,
+    not raised: the pods' outcomes are what the drill was for."""
+    report = Report(plan=the_plan, started=clock.now(), uncordon=uncordon)
+    still_planned = _still_planned(cluster, the_plan)
+    _cordon(cluster, report)
+    try:
+        report.event = _preempted_event(cluster, the_plan, clock.now())
+    except ClusterError as exc:
+        reason = f"cannot write the {PREEMPTED_REASON} Event: {exc}"
+        raise ClusterError(_stopped(cluster, report, reason), status=exc.status) from None
     for planned in the_plan.to_delete:
-        result = PodResult(pod=planned)
-        report.results.append(result)
-        pod_path = path("pods", namespace=planned.namespace, name=planned.name)
-        try:
-            cluster.delete(pod_path, grace_seconds=planned.grace)
-        except ClusterError as exc:
-            if exc.not_found:
-                result.sigterm, result.exited_after = clock.now(), 0.0
-                continue
-            result.error = str(exc)
-            continue
-        result.sigterm = clock.now()
+        report.results.append(_delete(cluster, planned, still_planned, clock))
     _wait(cluster, report, clock, progress)
-    if uncordon:
-        cluster.merge_patch(node_path, {"spec": {"unschedulable": None}})
-        report.uncordoned = True
+    if uncordon and report.cordoned_by_drill:
+        _uncordon(cluster, report)
     return report
+
+
+def _still_planned(cluster: Cluster, the_plan: Plan) -> set[str]:
+    """The uids of the planned pods still on the node, read again after the confirmation.
+
+    A delete names a pod by namespace and name, and a name outlives its pod: a StatefulSet
+    recreates it, maybe on a standard node, while the prompt waits. The client's delete
+    sends no uid precondition, so the drill deletes only pods it sees, by uid, on the node
+    just before; a name taken by a newer pod in the moment between shows in the delete's
+    answer (see ``_delete``).
+    """
+    params = {"fieldSelector": f"spec.nodeName={the_plan.node}"}
+    try:
+        listed = cluster.list_all(path("pods"), params=params).items
+    except ClusterError as exc:
+        raise ClusterError(
+            f"cannot list the pods on node {the_plan.node} again before deleting them: {exc}; "
+            "nothing was changed",
+            status=exc.status,
+        ) from None
+    planned = {p.uid for p in the_plan.to_delete}
+    return {
+        uid
+        for p in listed
+        if (uid := inventory.uid_of(p)) in planned and inventory.phase_of(p) not in TERMINAL_PHASES
+    }
+
+
+def _cordon(cluster: Cluster, report: Report) -> None:
+    """Cordon the node unless it already is; a cordon made before the drill is not ours. The
+    node is read again: someone may have cordoned it while the prompt waited."""
+    the_plan = report.plan
+    node_path = path("nodes", name=the_plan.node)
+    try:
+        if _unschedulable(cluster.get(node_path)):
+            return
+        cluster.merge_patch(node_path, {"spec": {"unschedulable": True}})
+    except ClusterError as exc:
+        raise ClusterError(
+            f"cannot cordon node {the_plan.node}: {exc}; nothing was changed", status=exc.status
+        ) from None
+    report.cordoned_by_drill = True
+
+
+def _unschedulable(node: Obj) -> bool:
+    spec = node.get("spec")
+    return isinstance(spec, dict) and spec.get("unschedulable") is True
+
+
+def _stopped(cluster: Cluster, report: Report, reason: str) -> str:
+    """Why the drill stopped after its cordon, before any delete, and what became of the
+    cordon: a drill that did not happen undoes its own cordon, asked to or not."""
+    node = report.plan.node
+    if not report.cordoned_by_drill:
+        return (
+            f"{reason}; nothing was deleted; node {node} stays cordoned as it was before the drill"
+        )
+    try:
+        cluster.merge_patch(path("nodes", name=node), {"spec": {"unschedulable": None}})
+    except ClusterError as exc:
+        return (
+            f"{reason}; nothing was deleted, but node {node} is left cordoned (uncordoning it "
+            f"failed: {exc}): run `kubectl uncordon {node}`"
+        )
+    return f"{reason}; nothing was deleted, and the drill's cordon of node {node} was undone"
+
+
+def _delete(
+    cluster: Cluster, planned: PlannedPod, still_planned: set[str], clock: Clock
+) -> PodResult:
+    result = PodResult(pod=planned)
+    if planned.uid not in still_planned:
+        return _gone_before(result, clock)
+    pod_path = path("pods", namespace=planned.namespace, name=planned.name)
+    try:
+        answer = cluster.delete(pod_path, grace_seconds=planned.grace)
+    except ClusterError as exc:
+        # 404: no pod of that name; 409: the name belongs to a newer pod (a uid precondition
+        # that failed). Either way the planned pod is gone, and nothing else is touched.
+        if exc.not_found or exc.conflict:
+            return _gone_before(result, clock)
+        result.error = str(exc)
+        return result
+    result.sigterm = clock.now()
+    deleted = inventory.uid_of(answer)
+    if deleted and deleted != planned.uid:
+        result.error = (
+            f"the planned pod went after the drill listed the node's pods again, and a new pod "
+            f"of that name (uid {deleted}) was deleted in its place"
+        )
+    return result
+
+
+def _gone_before(result: PodResult, clock: Clock) -> PodResult:
+    result.sigterm, result.exited_after, result.gone_before = clock.now(), 0.0, True
+    return result
+
+
+def _uncordon(cluster: Cluster, report: Report) -> None:
+    try:
+        cluster.merge_patch(path("nodes", name=report.plan.node), {"spec": {"unschedulable": None}})
+    except ClusterError as exc:
+        report.uncordon_error = str(exc)
+        return
+    report.uncordoned = True
 
 
 def _wait(cluster: Cluster, report: Report, clock: Clock, progress: Progress | None) -> None:
