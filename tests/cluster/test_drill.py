@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from tests.cluster.conftest import FakeClock, namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer
+from webhook.cli.drill import render
 from webhook.cli.main import main
 from webhook.cluster import drill
 from webhook.cluster.client import Cluster, ClusterError
@@ -269,6 +270,10 @@ def test_a_pod_recreated_under_its_name_after_the_plan_is_left_alone(
         "gone before the drill deleted it (a new pod of that name, if any, was left alone)"
     )
     assert by_name["eval"].outcome == "exited-in-time"
+    assert render(report).startswith(
+        f"Drill of pre-1: TogetherPreempted Event {report.event}, 2 pods deleted (2 gone before "
+        "their delete), waited 5 s\n"
+    )
 
 
 class _Refusing(Cluster):

@@ -188,9 +188,12 @@ def _critical_line(the_plan: Plan) -> str:
 
 
 def render(report: Report) -> str:
+    gone = sum(1 for r in report.results if r.gone_before)
+    deleted = len(report.results) - gone
+    before = f" ({gone} gone before their delete)" if gone else ""
     lines = [
         f"Drill of {report.plan.node}: TogetherPreempted Event {report.event}, "
-        f"{len(report.results)} pods deleted, waited {report.waited:.0f} s"
+        f"{deleted} pods deleted{before}, waited {report.waited:.0f} s"
     ]
     for r in report.results:
         lines.append(f"  {r.pod.namespace}/{r.pod.name} ({r.pod.workload_class}): {r.describe()}")
