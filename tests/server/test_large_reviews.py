@@ -186,14 +186,24 @@ def test_the_namespace_is_read_only_when_the_engine_needs_it(offloaded: Offload)
         return NamespaceMeta()
 
     client = app_client(offloaded, namespaces=lookup)
-    for name in ("delete-pod-coordinator-0-mutate", "update-pod-coordinator-0-mutate"):
-        assert client.post("/mutate", json=fixture(name)).status_code == 200
+    assert (
+        client.post("/mutate", json=fixture("delete-pod-coordinator-0-mutate")).status_code == 200
+    )
+    # A pod update that changes nothing that classifies the pod (a finalizer, say).
+    unchanged = copy.deepcopy(fixture("update-pod-coordinator-0-validate"))
+    request = unchanged["request"]
+    request["object"]["metadata"]["labels"] = request["oldObject"]["metadata"].get("labels")
+    assert client.post("/validate", json=unchanged).status_code == 200
     excluded = copy.deepcopy(fixture("create-pod-sweep-mutate"))
     excluded["request"]["namespace"] = "kube-system"
     assert client.post("/mutate", json=excluded).status_code == 200
     assert seen == []
     assert client.post("/mutate", json=fixture("create-pod-sweep-mutate")).status_code == 200
     assert seen == ["team-a"]
+    # One that relabels it: classified again, in its namespace.
+    relabelled = fixture("update-pod-coordinator-0-validate")
+    assert client.post("/validate", json=relabelled).status_code == 200
+    assert seen == ["team-a", relabelled["request"]["namespace"]]
 
 
 def test_a_refusal_before_the_body_is_read_closes_the_connection(server: ServerProcess) -> None:
