@@ -410,3 +410,29 @@ def test_a_reader_that_stops_early_ends_check_quietly(tmp_path: Path, output: st
         errors = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 128 + 13, errors  # SIGPIPE
     assert errors == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        ("serve", "--reload-interval", "nan"),
+        ("serve", "--reload-interval", "0"),
+        ("serve", "--port", "70000"),
+        ("serve", "--metrics-port", "-1"),
+        ("serve", "--threads", "0"),
+        ("serve", "--workers", "-1"),
+        ("serve", "--graceful-timeout", "-5"),
+        ("observe", "--audit-interval", "inf"),
+        ("observe", "--metrics-port", "99999"),
+        ("drill", "--wait", "nan"),
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors_before_anything_starts(
+    command: str, option: str, value: str
+) -> None:
+    args = [command, option, value]
+    if command == "drill":
+        args.append("some-node")
+    result = run(*args)
+    assert result.returncode == 2, result.stderr
+    assert f"Invalid value for '{option}'" in result.stderr

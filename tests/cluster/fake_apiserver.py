@@ -252,6 +252,13 @@ class FakeApiServer:
         obj = self.objects.get((key, namespace, name))
         if obj is None:
             raise _Status(404, "NotFound", f'{key[2]} "{name}" not found')
+        wanted = (body.get("preconditions") or {}).get("uid")
+        if wanted is not None and wanted != obj["metadata"].get("uid"):
+            message = (
+                f"Precondition failed: UID in precondition: {wanted}, UID in object meta: "
+                f"{obj['metadata'].get('uid')}"
+            )
+            raise _Status(409, "Conflict", message)
         grace = body.get("gracePeriodSeconds")
         if RESOURCES[key][0] == "Pod" and obj.get("spec", {}).get("nodeName"):
             if grace is None:

@@ -281,11 +281,13 @@ class _Refusing(Cluster):
 
     refusals: dict[str, int] = {}  # noqa: RUF012 - set per test before connecting
 
-    def delete(self, resource_path: str, *, grace_seconds: int | None = None) -> Obj:
+    def delete(
+        self, resource_path: str, *, grace_seconds: int | None = None, uid: str | None = None
+    ) -> Obj:
         status = self.refusals.get(resource_path.rsplit("/", 1)[-1])
         if status is not None:
             raise ClusterError(f"DELETE {resource_path}: HTTP {status}", status=status)
-        return super().delete(resource_path, grace_seconds=grace_seconds)
+        return super().delete(resource_path, grace_seconds=grace_seconds, uid=uid)
 
 
 def test_a_delete_refused_as_conflict_or_not_found_counts_the_planned_pod_as_gone(
@@ -309,19 +311,24 @@ def test_a_delete_refused_as_conflict_or_not_found_counts_the_planned_pod_as_gon
     }
 
 
-def test_a_name_taken_between_the_last_look_and_the_delete_is_reported(
+def test_a_name_taken_between_the_last_look_and_the_delete_is_left_alone(
     timed: FakeApiServer, policy: Policy, clock: FakeClock, tmp_path: Path
 ) -> None:
+    """The delete names the planned pod's uid: the pod that took its name is not touched."""
     _node_with_pods(timed, policy)
 
     class Racing(Cluster):
         """The StatefulSet wins the race: the pod is replaced just before its delete."""
 
-        def delete(self, resource_path: str, *, grace_seconds: int | None = None) -> Obj:
+        def delete(
+            self, resource_path: str, *, grace_seconds: int | None = None, uid: str | None = None
+        ) -> Obj:
             if resource_path.endswith("/sweep"):
                 timed.remove("Pod", "sweep", "team")
-                timed.put(pod("sweep", workload="interruptible", node_name="std-1", grace=240))
-            return super().delete(resource_path, grace_seconds=grace_seconds)
+                replacement = pod("sweep", workload="interruptible", node_name="std-1", grace=240)
+                replacement["metadata"]["uid"] = "uid-sweep-replacement"
+                timed.put(replacement)
+            return super().delete(resource_path, grace_seconds=grace_seconds, uid=uid)
 
     cluster = Racing.connect(str(timed.kubeconfig(tmp_path / "kubeconfig")))
     try:
@@ -330,9 +337,12 @@ def test_a_name_taken_between_the_last_look_and_the_delete_is_reported(
     finally:
         cluster.close()
     (sweep,) = [r for r in report.results if r.pod.name == "sweep"]
-    assert sweep.outcome == "not-deleted"
-    assert "a new pod of that name (uid " in sweep.describe()
-    assert not report.clean
+    assert sweep.gone_before
+    assert sweep.outcome == "exited-in-time"
+    replacement = timed.get("Pod", "sweep", "team")
+    assert replacement is not None
+    assert replacement["metadata"]["uid"] == "uid-sweep-replacement"
+    assert "deletionTimestamp" not in replacement["metadata"]
 
 
 def _refuse_events(monkeypatch: pytest.MonkeyPatch) -> None:

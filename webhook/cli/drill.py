@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from webhook.cli.audit import ERROR, StatusLine, cluster_options, connect, fail, load
-from webhook.cli.options import policies_option
+from webhook.cli.options import FiniteSeconds, policies_option
 
 if TYPE_CHECKING:
     from webhook.cluster.drill import Plan, Report
@@ -26,22 +25,6 @@ Examples:
 
 CLEAN, NOT_CLEAN = 0, 1
 BAR_WIDTH = 30
-
-
-class FiniteSeconds(click.FloatRange):
-    """Seconds from 0 up, finite: ``float()`` reads ``nan`` and ``inf``, and a drill waiting
-    for NaN seconds would fail only after its deletes, one waiting forever would never end."""
-
-    name = "seconds"
-
-    def __init__(self) -> None:
-        super().__init__(min=0)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        seconds = click.FLOAT.convert(value, param, ctx)
-        if not math.isfinite(seconds):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
-        return super().convert(seconds, param, ctx)
 
 
 @click.command("drill", epilog=DRILL_EXAMPLES)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from webhook.cli.audit import ERROR, cluster_options, connect, fail, load
-from webhook.cli.options import policies_option
+from webhook.cli.options import FiniteSeconds, policies_option
 from webhook.server.logs import LEVELS
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ Examples:
 )
 @click.option(
     "--audit-interval",
-    type=click.FloatRange(min=0),
+    type=FiniteSeconds(),
     default=0.0,
     show_default=True,
     help="Seconds between periodic audits by the leader, exported as metrics; 0: none.",

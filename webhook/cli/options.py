@@ -3,7 +3,9 @@ of the others."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,3 +18,20 @@ def policies_option(func: click.decorators.FC) -> click.decorators.FC:
         default=None,
         help="Policy folder or file (default: the built-in default policy).",
     )(func)
+
+
+class FiniteSeconds(click.FloatRange):
+    """Seconds from 0 up, finite: ``float()`` reads ``nan`` and ``inf``, and a drill waiting
+    for NaN seconds would fail only after its deletes, an audit every inf seconds never
+    runs."""
+
+    name = "seconds"
+
+    def __init__(self, *, above_zero: bool = False) -> None:
+        super().__init__(min=0, min_open=above_zero)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return super().convert(seconds, param, ctx)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from webhook.cli.options import FiniteSeconds
 from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs
 from webhook.server.logs import LEVELS
@@ -29,9 +30,19 @@ _PATH = click.Path(path_type=Path)
 
 @click.command("serve", epilog=SERVE_EXAMPLES)
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8443, show_default=True, help="HTTPS port for the hooks.")
 @click.option(
-    "--metrics-port", default=9090, show_default=True, help="Plain-HTTP port of /metrics; 0: off."
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8443,
+    show_default=True,
+    help="HTTPS port for the hooks.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9090,
+    show_default=True,
+    help="Plain-HTTP port of /metrics; 0: off.",
 )
 @click.option("--policies", type=_PATH, help="Policy folder or file (default: built-in policy).")
 @click.option("--cert-file", type=_PATH, help="PEM serving certificate (chain).")
@@ -44,21 +55,28 @@ _PATH = click.Path(path_type=Path)
 )
 @click.option(
     "--workers",
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Worker processes; 0: one per CPU the server may use (its affinity and CPU quota).",
 )
 @click.option(
-    "--threads", default=16, show_default=True, help="Threads serving reviews, per worker."
+    "--threads",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Threads serving reviews, per worker.",
 )
 @click.option(
     "--graceful-timeout",
+    type=click.IntRange(min=0),
     default=30,
     show_default=True,
     help="Seconds to finish in-flight reviews after SIGTERM.",
 )
 @click.option(
     "--reload-interval",
+    type=FiniteSeconds(above_zero=True),
     default=2.0,
     show_default=True,
     help="Seconds between checks of the policy and certificate files.",

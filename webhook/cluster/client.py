@@ -254,10 +254,16 @@ class Cluster:
             self._calls.add(Access(patch.group, patch.resource, "create"))
         return self._json("PATCH", resource_path, body=obj, params=params, content_type=APPLY_PATCH)
 
-    def delete(self, resource_path: str, *, grace_seconds: int | None = None) -> Obj:
+    def delete(
+        self, resource_path: str, *, grace_seconds: int | None = None, uid: str | None = None
+    ) -> Obj:
+        """Delete; with ``uid``, only the object of that uid: a name a newer object has taken
+        since answers 409 and that object is left alone."""
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
         return self._json("DELETE", resource_path, body=body)
 
     # --- the wire ---------------------------------------------------------------------------
