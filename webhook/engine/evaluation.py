@@ -15,7 +15,7 @@ from typing import Any
 from webhook.engine import hints, origins
 from webhook.engine.classify import WORKLOAD_ANNOTATION, PodFacts, classify
 from webhook.engine.decision import Classification, Context, Decision, Obj, Part
-from webhook.engine.findings import Code, Finding, bounded, finding, shorten
+from webhook.engine.findings import Code, Effects, Finding, bounded, finding, shorten
 from webhook.engine.jsoncompare import same_json
 from webhook.engine.patch import pointer
 from webhook.engine.podupdate import judge_update, update_skip
@@ -31,7 +31,6 @@ from webhook.engine.policy import (
 from webhook.engine.templates import (
     PLACEMENT_ANNOTATION,
     Judged,
-    Placement,
     copy_for_placement,
     facts_of,
     judge_template,
@@ -393,7 +392,7 @@ def _not_inherited(
     )
 
 
-def _part(t: Template, judged: Judged, placed: Placement | None, *, labelled: bool) -> Part:
+def _part(t: Template, judged: Judged, placed: Effects | None, *, labelled: bool) -> Part:
     """The template's findings with the object's paths; their messages name the template
     when the kind has several."""
 

@@ -8,7 +8,7 @@ is reworded. The README lists every code.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Final, NamedTuple, final
 
 
 class Severity(enum.StrEnum):
@@ -116,3 +116,16 @@ def bounded(message: str) -> str:
     """``message`` cut to ``MAX_MESSAGE_CHARS``: the last guard after every quoted value has
     already been shortened where it is quoted."""
     return shorten(message, MAX_MESSAGE_CHARS)
+
+
+@final
+class Effects:
+    """What one step of placement changed in the copy, and the warnings it earned."""
+
+    __slots__ = ("changes", "notes")
+
+    def __init__(
+        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
+    ) -> None:
+        self.changes: Final = changes
+        self.notes: Final = notes

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Final, final
 
-from webhook.engine.findings import Code, Finding, change, finding, shorten
+from webhook.engine.findings import Code, Effects, Finding, change, finding, shorten
 from webhook.engine.policy import Policy
 
 CHECKPOINT_ANNOTATION = "together.ai/checkpoint-seconds"
@@ -90,20 +90,7 @@ def grace_violation(spec: Mapping[str, Any]) -> Finding | None:
     return None
 
 
-@final
-class GraceAdjustment:
-    """What adjusting the grace period changed, and the warning a lowered one earns."""
-
-    __slots__ = ("changes", "notes")
-
-    def __init__(
-        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
-    ) -> None:
-        self.changes: Final = changes
-        self.notes: Final = notes
-
-
-def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> GraceAdjustment:
+def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> Effects:
     """Lower the grace period to the maximum, raise it to what the checkpoint needs."""
     current = spec.get("terminationGracePeriodSeconds")
     effective = API_DEFAULT_GRACE if current is None else int(current)
@@ -111,7 +98,7 @@ def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> GraceAdjustment:
     if budget.needed is not None:
         target = max(target, budget.needed)
     if target == effective:
-        return GraceAdjustment()
+        return Effects()
     spec["terminationGracePeriodSeconds"] = target
     if target < effective:
         return _lowered(effective, target, budget.maximum)
@@ -120,7 +107,7 @@ def adjust_grace(spec: dict[str, Any], budget: GraceBudget) -> GraceAdjustment:
 
 # Made once per set of numbers and reused (findings are immutable): most pods carry the same.
 @lru_cache(maxsize=1024)
-def _lowered(effective: int, target: int, maximum: int) -> GraceAdjustment:
+def _lowered(effective: int, target: int, maximum: int) -> Effects:
     lowered = change(
         Code.GRACE_LOWERED,
         f"grace period lowered from {effective} to {target} s",
@@ -129,15 +116,15 @@ def _lowered(effective: int, target: int, maximum: int) -> GraceAdjustment:
         GRACE_FIELD,
     )
     note = finding(Code.GRACE_LOWERED, f"{GRACE_FIELD}: {lowered.message}", GRACE_FIELD)
-    return GraceAdjustment(changes=(lowered,), notes=(note,))
+    return Effects(changes=(lowered,), notes=(note,))
 
 
 @lru_cache(maxsize=1024)
-def _raised(effective: int, target: int, checkpoint: int | None, margin: int) -> GraceAdjustment:
+def _raised(effective: int, target: int, checkpoint: int | None, margin: int) -> Effects:
     raised = change(
         Code.GRACE_RAISED,
         f"grace period raised from {effective} to {target} s",
         f"{CHECKPOINT_ANNOTATION} {checkpoint} plus the {margin} s margin",
         GRACE_FIELD,
     )
-    return GraceAdjustment(changes=(raised,))
+    return Effects(changes=(raised,))

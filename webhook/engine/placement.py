@@ -13,7 +13,7 @@ from typing import Any, Final, final
 
 from webhook.engine import constraints
 from webhook.engine.constraints import LabelState, NodeConstraints, TermView
-from webhook.engine.findings import Code, Finding, change, finding, shorten
+from webhook.engine.findings import Code, Effects, Finding, change, finding, shorten
 from webhook.engine.grace import GraceBudget, adjust_grace, grace_violation
 from webhook.engine.policy import Placement, Policy, Taint, WorkloadClass
 
@@ -33,19 +33,6 @@ class Checked:
     def __init__(self, *, node: NodeConstraints, refusals: tuple[Finding, ...] = ()) -> None:
         self.node: Final = node
         self.refusals: Final = refusals
-
-
-@final
-class Placed:
-    """What ``place`` changed, and the warnings it earned."""
-
-    __slots__ = ("changes", "notes")
-
-    def __init__(
-        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
-    ) -> None:
-        self.changes: Final = changes
-        self.notes: Final = notes
 
 
 def check(
@@ -69,7 +56,7 @@ def place(
     wclass: WorkloadClass,
     policy: Policy,
     budget: GraceBudget,
-) -> Placed:
+) -> Effects:
     """Apply ``wclass``'s placement to ``pod``, which ``check`` found acceptable."""
     spec: dict[str, Any] = pod["spec"]
     if wclass.placement is Placement.PREEMPTIBLE:
@@ -79,9 +66,9 @@ def place(
     else:
         changes = _require(spec, node, policy, wclass, "NotIn")
     if not wclass.placement.may_be_preempted:
-        return Placed(changes=changes)
+        return Effects(changes=changes)
     grace = adjust_grace(spec, budget)
-    return Placed(
+    return Effects(
         changes=(*changes, *_tolerate(spec, policy, wclass), *grace.changes), notes=grace.notes
     )
 

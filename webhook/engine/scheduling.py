@@ -24,7 +24,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Final, NamedTuple, final
 
-from webhook.engine.findings import Code, Finding, change, finding, shorten
+from webhook.engine.findings import Code, Effects, Finding, change, finding, shorten
 from webhook.engine.policy import Placement, WorkloadClass
 
 PREEMPT = "PreemptLowerPriority"
@@ -77,19 +77,6 @@ def plan_scheduling(
     return SchedulingPlan(priority=info), None
 
 
-@final
-class Scheduled:
-    """What ``schedule`` changed, and the warnings it earned."""
-
-    __slots__ = ("changes", "notes")
-
-    def __init__(
-        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
-    ) -> None:
-        self.changes: Final = changes
-        self.notes: Final = notes
-
-
 def schedule(
     spec: dict[str, Any],
     wclass: WorkloadClass,
@@ -97,7 +84,7 @@ def schedule(
     lookup: PriorityLookup | None,
     *,
     is_pod: bool,
-) -> Scheduled:
+) -> Effects:
     """Set the priority class and scheduler of ``spec`` (in the copy) as the class says."""
     changes: list[Finding] = []
     notes: list[Finding] = []
@@ -105,7 +92,7 @@ def schedule(
         _priority(spec, wclass, plan.priority, lookup, is_pod, changes, notes)
     if wclass.scheduler_name is not None:
         _scheduler(spec, wclass, changes, notes)
-    return Scheduled(changes=tuple(changes), notes=tuple(notes))
+    return Effects(changes=tuple(changes), notes=tuple(notes))
 
 
 def _priority(

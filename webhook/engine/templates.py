@@ -13,7 +13,7 @@ from webhook.engine import hints
 from webhook.engine.classify import PodFacts, classify
 from webhook.engine.constraints import NodeConstraints
 from webhook.engine.decision import Classification, Context, Obj
-from webhook.engine.findings import Code, Finding, finding
+from webhook.engine.findings import Code, Effects, Finding, finding
 from webhook.engine.grace import GraceBudget, grace_budget
 from webhook.engine.origins import NONE, Origins
 from webhook.engine.placement import PREFERRED, REQUIRED, check, place
@@ -85,19 +85,6 @@ class Plan:
         self.priority_classes: Final = priority_classes
 
 
-@final
-class Placement:
-    """What placing a template changed, and the warnings it earned."""
-
-    __slots__ = ("changes", "notes")
-
-    def __init__(
-        self, *, changes: tuple[Finding, ...] = (), notes: tuple[Finding, ...] = ()
-    ) -> None:
-        self.changes: Final = changes
-        self.notes: Final = notes
-
-
 def judge_template(
     template: Obj,
     facts: PodFacts,
@@ -151,13 +138,13 @@ def _spec(template: Obj) -> Obj:
     return spec if isinstance(spec, dict) else {}
 
 
-def place_template(template: Obj, plan: Plan, policy: Policy, *, is_pod: bool) -> Placement:
+def place_template(template: Obj, plan: Plan, policy: Policy, *, is_pod: bool) -> Effects:
     """Apply ``plan`` to ``template`` (in the copy), with the decision record."""
     placed = place(template, plan.node, plan.wclass, policy, plan.budget)
     scheduled = schedule(
         template["spec"], plan.wclass, plan.scheduling, plan.priority_classes, is_pod=is_pod
     )
-    return Placement(
+    return Effects(
         changes=(*placed.changes, *scheduled.changes, *_record(template, plan.wclass.name)),
         notes=(*placed.notes, *scheduled.notes),
     )
