@@ -117,13 +117,18 @@ def test_an_update_that_changes_nothing_that_classifies_is_not_classified() -> N
     assert "changes nothing that classifies it" in decision.skip.message
 
 
-def test_a_pod_being_deleted_is_left_alone_whatever_the_update() -> None:
+def test_a_pod_being_deleted_is_judged_too_and_its_finalizers_stay_removable() -> None:
+    """A deletion may be given years of grace (the API server sets no limit), and the pod runs
+    until then: being deleted is no licence to change class."""
     old = _created(_pod())
-    old["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
-    _, decision = _update(old, annotations={"together.ai/workload": "serving"}, finalizers=[])
-    assert decision.allowed
-    assert decision.skip is not None
-    assert decision.skip.code is Code.BEING_DELETED
+    old["metadata"]["deletionTimestamp"] = "2036-12-05T00:00:00Z"
+    old["metadata"]["finalizers"] = ["example.com/hold"]
+    _, relabelled = _update(old, annotations={"together.ai/workload": "serving"})
+    assert [r.code for r in relabelled.refusals] == [Code.CLASS_CHANGED]
+    _, released = _update(old, finalizers=[])
+    assert released.allowed
+    assert released.skip is not None
+    assert released.skip.code is Code.POD_UPDATE
 
 
 def test_a_claimed_owner_does_not_let_an_update_through() -> None:

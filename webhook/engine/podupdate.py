@@ -41,10 +41,9 @@ class UpdateVerdict(NamedTuple):
 
 def update_skip(pod: Obj, old: Obj | None) -> Finding | None:
     """Why an update of ``pod`` (``old`` before it) is left alone without classifying it, if
-    it is: it changes nothing that classifies the pod, or the pod is being deleted (its
-    finalizers must always be removable)."""
-    if mapping_at(pod, "metadata").get("deletionTimestamp"):
-        return finding(Code.BEING_DELETED, "the object is being deleted")
+    it is: it changes nothing that classifies the pod (a finalizer removed, say). A pod being
+    deleted is judged all the same: its deletion may be given years of grace, and it runs
+    until then."""
     if old is None or _changed(pod, old) is None:
         message = "pods are placed when created; this update changes nothing that classifies it"
         return finding(Code.POD_UPDATE, message)
