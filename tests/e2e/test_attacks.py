@@ -532,9 +532,16 @@ def test_a_pod_given_a_standard_class_after_creation_is_refused(
         stored = kube.get(path)["metadata"]
         assert WORKLOAD not in stored.get("annotations", {})
         assert "ray.io/node-type" not in stored.get("labels", {})
-        # An update that changes no class passes, as does one of a pod being deleted.
+        # An update that changes no class passes.
         user.merge_patch(path, {"metadata": {"labels": {"team": "research"}}})
         records = assert_answered_in_time(webhook, namespace, change)
         assert {r["operation"] for r in records if r["hook"] == "validate"} >= {"UPDATE"}
+        # Deleted with years of grace, the pod runs on until then: still no class change.
+        wait_until(lambda: kube.get(path)["spec"].get("nodeName"), timeout=60, what="binding")
+        user.call("DELETE", path, {"gracePeriodSeconds": 315_360_000})
+        assert kube.get(path)["metadata"].get("deletionTimestamp")
+        with pytest.raises(KubeError) as terminating:
+            user.merge_patch(path, {"metadata": RELABELLINGS[change]})
+        assert "this update makes the pod" in terminating.value.message
     finally:
         kube.delete(path, grace_seconds=0)
