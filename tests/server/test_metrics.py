@@ -6,14 +6,16 @@ import socket
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 from tests.server.helpers import ServerProcess, fixture
 from webhook import exposition
 from webhook.server import certs
-from webhook.server.metrics import Metrics
+from webhook.server.metrics import Metrics, aggregated
 
 
 def test_metrics_after_some_admissions(server: ServerProcess) -> None:
@@ -99,3 +101,15 @@ def test_idle_connections_to_the_metrics_port_hold_no_thread_for_long(
         for conn in idle:
             conn.close()
         endpoint.close()
+
+
+def test_a_worker_file_still_being_created_does_not_fail_the_scrape(tmp_path: Path) -> None:
+    """prometheus_client creates a worker's file empty and sizes it after: a scrape in that
+    moment, or after a worker died in it, still sums every other worker."""
+    written = MmapedDict(str(tmp_path / "counter_101.db"))  # type: ignore[no-untyped-call]
+    key = mmap_key("preemptguard_x_total", "preemptguard_x_total", ["hook"], ["mutate"], "x")
+    written.write_value(key, 3.0, 0.0)  # type: ignore[no-untyped-call]
+    written.close()  # type: ignore[no-untyped-call]
+    (tmp_path / "counter_102.db").touch()  # a worker between creating and sizing its file
+    text = generate_latest(aggregated(tmp_path)).decode()
+    assert 'preemptguard_x_total{hook="mutate"} 3.0' in text

@@ -235,9 +235,29 @@ def enable_multiprocess(directory: Path) -> None:
 def aggregated(directory: Path) -> CollectorRegistry:
     """A registry of the sum over every worker's files, with the arbiter's own process."""
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    _WorkerFiles(registry, path=str(directory))  # type: ignore[no-untyped-call]
     ProcessCollector(registry=registry)
     return registry
+
+
+class _WorkerFiles(multiprocess.MultiProcessCollector):
+    """The sum over the workers' files but those still being created.
+
+    prometheus_client creates a worker's file empty and sizes it a moment later; read in
+    that moment, it fails the whole scrape with a 500, and for good if the worker died
+    then (prometheus/client_python#1199). An empty file holds no value yet.
+    """
+
+    def collect(self) -> Any:
+        files = [str(f) for f in Path(self._path).glob("*.db") if _sized(f)]
+        return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+
+
+def _sized(file: Path) -> bool:
+    try:
+        return file.stat().st_size > 0
+    except FileNotFoundError:  # a live gauge's file, removed for a worker that exited
+        return False
 
 
 def forget_worker(pid: int, directory: Path) -> None:
