@@ -1061,6 +1061,7 @@ def old_object(rng: random.Random, doc: dict[str, Any]) -> str:
     choice = rng.choice(
         ["absent", "null", "same", "same", "changed", "changed", "other-kind", "string", "list"]
         + ["deleting"] * 2
+        + ["relabelled"] * 2
     )
     if choice == "absent":
         request.pop("oldObject", None)
@@ -1078,6 +1079,13 @@ def old_object(rng: random.Random, doc: dict[str, Any]) -> str:
         request["oldObject"] = "pod"
     elif choice == "list":
         request["oldObject"] = [obj]
+    elif choice == "relabelled" and isinstance(obj, dict):
+        # What the object was before its labels and annotations gave it its class.
+        old = deep_copy(obj)
+        meta = child(old, "metadata")
+        for key in ("labels", "annotations", "ownerReferences"):
+            meta.pop(key, None)
+        request["oldObject"] = old
     elif choice == "deleting" and isinstance(obj, dict):
         request["oldObject"] = deep_copy(obj)
         child(obj, "metadata")["deletionTimestamp"] = "2026-01-01T00:00:00Z"
