@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from webhook.cli.audit import ERROR, cluster_options, connect, fail, load
-from webhook.cli.options import FiniteSeconds, policies_option
+from webhook.cli.options import FiniteSeconds, metrics_port_option, policies_option
 from webhook.server.logs import LEVELS
 
 if TYPE_CHECKING:
@@ -34,13 +34,7 @@ Examples:
 @click.command("observe", epilog=OBSERVE_EXAMPLES)
 @policies_option
 @click.option("--metrics-host", default="0.0.0.0", show_default=True)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=9090,
-    show_default=True,
-    help="Plain-HTTP port of /metrics; 0: off.",
-)
+@metrics_port_option
 @click.option(
     "--lease-name", default="preemptguard-observer", show_default=True, help="The Lease to hold."
 )

@@ -20,6 +20,17 @@ def policies_option(func: click.decorators.FC) -> click.decorators.FC:
     )(func)
 
 
+def metrics_port_option(func: click.decorators.FC) -> click.decorators.FC:
+    """``--metrics-port``, where the commands that serve metrics serve them."""
+    return click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=9090,
+        show_default=True,
+        help="Plain-HTTP port of /metrics; 0: off.",
+    )(func)
+
+
 class FiniteSeconds(click.FloatRange):
     """Seconds from 0 up, finite: ``float()`` reads ``nan`` and ``inf``, and a drill waiting
     for NaN seconds would fail only after its deletes, an audit every inf seconds never

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.options import FiniteSeconds
+from webhook.cli.options import FiniteSeconds, metrics_port_option
 from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs
 from webhook.server.logs import LEVELS
@@ -37,13 +37,7 @@ _PATH = click.Path(path_type=Path)
     show_default=True,
     help="HTTPS port for the hooks.",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=9090,
-    show_default=True,
-    help="Plain-HTTP port of /metrics; 0: off.",
-)
+@metrics_port_option
 @click.option("--policies", type=_PATH, help="Policy folder or file (default: built-in policy).")
 @click.option("--cert-file", type=_PATH, help="PEM serving certificate (chain).")
 @click.option("--key-file", type=_PATH, help="PEM private key of the serving certificate.")
