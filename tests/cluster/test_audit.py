@@ -30,6 +30,22 @@ TOLERATE: dict[str, Any] = {
 }
 
 
+# A policy of its own that lists one workload kind (tests add more after it).
+RAY_SERVICE_POLICY = """\
+apiVersion: preemptguard.together.ai/v1alpha1
+kind: PlacementPolicy
+metadata: {name: own}
+spec:
+  classes: [{name: serving, placement: standard}]
+  workloadKinds:
+    - group: ray.io
+      kind: RayService
+      templates:
+        - path: "spec.rayClusterConfig.workerGroupSpecs[*].template"
+          defaultClass: serving
+"""
+
+
 def _cluster_of(fake: FakeApiServer, policy: Policy) -> None:
     fake.put(node("pre-1", "preemptible"))
     fake.put(node("std-1", "standard"))
@@ -357,24 +373,10 @@ def test_groups_the_cluster_does_not_serve_are_noted_once_and_never_listed(
 def test_the_kinds_listed_are_the_given_policys(
     fake: FakeApiServer, connect: Callable[[], Cluster], tmp_path: Path
 ) -> None:
-    (tmp_path / "policy.yaml").write_text(
-        """\
-apiVersion: preemptguard.together.ai/v1alpha1
-kind: PlacementPolicy
-metadata: {name: own}
-spec:
-  classes: [{name: serving, placement: standard}]
-  workloadKinds:
-    - group: ray.io
-      kind: RayService
-      templates:
-        - path: "spec.rayClusterConfig.workerGroupSpecs[*].template"
-          defaultClass: serving
-    - group: example.com
-      kind: Trainer
-      templates: [{path: spec.template}]
-"""
+    trainer = (
+        "    - group: example.com\n      kind: Trainer\n      templates: [{path: spec.template}]\n"
     )
+    (tmp_path / "policy.yaml").write_text(RAY_SERVICE_POLICY + trainer)
     own = load_policy(tmp_path)
     assert [k.kind for k in audited_kinds(own)] == ["RayService", "Trainer"]
     _cluster_with_custom_kinds(fake)
@@ -474,21 +476,7 @@ def test_the_command_lists_the_kinds_of_the_policy_it_is_given(
     fake: FakeApiServer, tmp_path: Path
 ) -> None:
     (tmp_path / "policy").mkdir()
-    (tmp_path / "policy" / "policy.yaml").write_text(
-        """\
-apiVersion: preemptguard.together.ai/v1alpha1
-kind: PlacementPolicy
-metadata: {name: own}
-spec:
-  classes: [{name: serving, placement: standard}]
-  workloadKinds:
-    - group: ray.io
-      kind: RayService
-      templates:
-        - path: "spec.rayClusterConfig.workerGroupSpecs[*].template"
-          defaultClass: serving
-"""
-    )
+    (tmp_path / "policy" / "policy.yaml").write_text(RAY_SERVICE_POLICY)
     _cluster_with_custom_kinds(fake)
     fake.reset_requests()
     out = _run(fake, tmp_path, "--policies", str(tmp_path / "policy"), "-o", "json")

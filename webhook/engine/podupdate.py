@@ -59,7 +59,7 @@ def judge_update(
     problem = shape_problem(pod)
     if problem is not None:  # only offline: the API server refuses such a pod first
         return UpdateVerdict(Classification(name=None, source="invalid object"), problem)
-    now = _class_of(pod, policy, ctx, namespace)
+    now = _classify(pod, policy, ctx, namespace)
     name = now.name
     wclass = policy.classes.get(name) if name is not None else None
     if wclass is None or wclass.placement is not Placement.STANDARD:
@@ -90,6 +90,11 @@ def judge_update(
 def _class_of(pod: Obj, policy: Policy, ctx: Context, namespace: str | None) -> Classification:
     if shape_problem(pod) is not None:
         return Classification(name=None, source="invalid object")
+    return _classify(pod, policy, ctx, namespace)
+
+
+def _classify(pod: Obj, policy: Policy, ctx: Context, namespace: str | None) -> Classification:
+    """The class of ``pod``, whose shape was checked."""
     owner = controller_owner(pod)
     facts = facts_of(
         pod,
