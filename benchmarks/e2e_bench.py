@@ -5,7 +5,7 @@
 Starts the end-to-end control plane and the real ``preemptguard serve`` (its default settings:
 one worker per CPU), then times N sequential pod creates (one keep-alive client, as a
 controller would) in six phases: no webhook; the shipped webhook configurations pointed at a
-do-nothing endpoint (always allow, on the same gunicorn + Flask + TLS stack and worker count:
+do-nothing endpoint (always allow: a Flask app on the same server, granian, TLS and worker count:
 the yardstick); the same endpoint answering an interruptible pod with the very patch
 preemptguard makes for it (the same-patch yardstick: what the API server spends applying the
 placement and storing the larger pod, which any webhook that places pods costs); the
@@ -58,7 +58,7 @@ from webhook.admission.namespaces import no_namespaces
 from webhook.engine.evaluation import evaluate
 from webhook.loading.policies import builtin_policy
 from webhook.server import certs
-from webhook.server.gunicorn import available_cpus
+from webhook.server.serving import available_cpus
 
 UNSCHEDULED = "preemptguard-bench-no-scheduler"
 DO_NOTHING = "do-nothing webhook (always allow)"
@@ -267,7 +267,7 @@ def main() -> int:
             same_patch = work / "same-patch"
             same_patch.mkdir()
             os.environ[server_bench.SAME_PATCH_DIR] = str(same_patch)
-            with server_bench.allow_server(tls, workers) as allow:
+            with server_bench.allow_server(tls, workers, kind="flask") as allow:
                 for r in range(args.rounds):
                     count = min(per_round, args.n - r * per_round)
                     if count <= 0:

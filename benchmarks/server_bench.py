@@ -4,11 +4,11 @@ stack, driven by ``hey`` over TLS with keep-alive, in one run; prints figures, a
     .venv/bin/python benchmarks/server_bench.py [--seconds 10] [--repeats 3] [--rss-reviews 100000]
 
 Both servers run at once, side by side: ``preemptguard serve`` as users start it (TLS with a
-self-signed certificate, the built-in policy, its default settings, metrics on) and a Flask
-app that parses the review and allows it, under the same gunicorn worker, TLS context,
-processes and threads (``webhook.server.gunicorn.run``, the server ``serve`` runs). Every
-request POSTs the recorded sweep pod review to ``/mutate``. hey comes from ``hack/hey.sh``
-(``HEY`` overrides it) and shares the cores with the servers, so compare columns, not absolute
+self-signed certificate, the built-in policy, its default settings, metrics on) and an app
+that parses the review and allows it, through preemptguard's own transport on the same server
+(granian), TLS, processes and settings: the same stack, but the review. Every request POSTs
+the recorded sweep pod review to ``/mutate``. hey comes from ``hack/hey.sh`` (``HEY``
+overrides it) and shares the cores with the servers, so compare columns, not absolute
 figures with another machine.
 
 (a) default settings (workers = CPUs) at 16 connections; (b) 1 process at 16 and at 1
@@ -18,16 +18,18 @@ give it (beside engine_bench's whole review in process: what cold caches cost); 
 beside idle handshaken ones (as Go's client parks them), counting non-200 answers, errors and
 hung requests (no answer within ``--timeout``). Each measurement runs
 ``--repeats`` times, alternating which server goes first; medians are printed, with the ratio
-to the always-allow app and the goal. (e) The always-allow app beside the same answer from a
-bare WSGI function under the same server: preemptguard serves its hooks without Flask, so this
-shows how much of the yardstick is Flask's. Then the RSS of each ``serve`` worker (and of its
-large-review child) before and after ``--rss-reviews`` more reviews.
+to the always-allow app and the goal. (e) preemptguard beside every yardstick of
+``YARDSTICKS`` in requests/s: Flask on the same server, a bare WSGI function there, and Flask
+under gunicorn, the stack before granian (where gunicorn is installed). Then the RSS of each
+``serve`` worker (and of its large-review child) before and after ``--rss-reviews`` more
+reviews.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -141,19 +143,105 @@ def bare_allow(environ: dict[str, Any], start_response: Any) -> Any:
     return [body]
 
 
-def serve_allow(port: int, tls: Path, workers: int, *, bare: bool = False) -> None:
-    """In a subprocess: the always-allow app under the server ``preemptguard serve`` runs."""
-    from webhook.server import gunicorn as serving
-    from webhook.server import logs
-    from webhook.server.metrics import Metrics
-    from webhook.server.reload import CertStore
+# The yardsticks, each an always-allow app that parses the review and echoes its uid:
+YARDSTICKS = {
+    # through preemptguard's own transport on its own server: the same stack, but the review
+    "transport": "always-allow, same transport",
+    # Flask on the same server (granian), as Flask apps are served by it (WSGI)
+    "flask": "always-allow, Flask on granian",
+    # Flask on bare WSGI under the same server: how much of "flask" is Flask's
+    "bare": "always-allow, bare WSGI on granian",
+    # the stack before granian: Flask under gunicorn's threaded worker over TLS (only where
+    # gunicorn is installed: pip install 'gunicorn==27.0.1')
+    "gunicorn": "always-allow, Flask on gunicorn",
+}
 
-    # Every other setting (threads, keep-alive, backlog, timeouts) is serve's default.
-    settings = serving.ServerSettings(host=HOST, port=port, workers=workers)
+
+def serve_allow(port: int, tls: Path, workers: int, kind: str) -> None:
+    """In a subprocess: one of the ``YARDSTICKS``, with ``preemptguard serve``'s settings."""
+    from functools import partial
+
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces, SSLProtocols
+
+    from webhook.server import logs
+    from webhook.server.serving import ServerSettings
+
+    settings = ServerSettings(host=HOST, port=port, workers=workers)
     logs.configure(settings.log_level)
-    store = CertStore(tls / "tls.crt", tls / "tls.key", Metrics())
+    if kind == "gunicorn":
+        _serve_gunicorn(port, tls, workers, settings.threads)
+        return
+    server = Granian(
+        "yardstick",
+        address=HOST,
+        port=port,
+        interface=Interfaces.ASGI if kind == "transport" else Interfaces.WSGI,
+        http=HTTPModes.http1,
+        websockets=False,
+        workers=workers,
+        blocking_threads=None if kind == "transport" else settings.threads,
+        backlog=settings.backlog,
+        backpressure=settings.max_connections,
+        ssl_cert=tls / "tls.crt",
+        ssl_key=tls / "tls.key",
+        ssl_protocol_min=SSLProtocols.tls12,
+    )
     _trivial_flask()
-    serving.run(bare_allow if bare else trivial_app, store, settings, serving.Hooks())
+    apps = {"transport": _allow_transport, "flask": _flask_app, "bare": _bare_app}
+    server.serve(target_loader=partial(_loaded, apps[kind]))
+
+
+def _loaded(make: Callable[[], Any], _target: str) -> Any:
+    return make()
+
+
+def _flask_app() -> Any:
+    return trivial_app
+
+
+def _bare_app() -> Any:
+    return bare_allow
+
+
+def _allow_transport() -> Any:
+    """preemptguard's transport in front of a reviewer that parses each review and allows it."""
+    from webhook.admission.namespaces import no_namespaces
+    from webhook.engine.evaluation import evaluate
+    from webhook.loading.policies import builtin_policy
+    from webhook.server.app import health_asgi
+    from webhook.server.metrics import Metrics
+    from webhook.server.reviewer import Head, Reply, Reviewer, json_reply
+    from webhook.server.transport import Transport
+
+    class Allowing(Reviewer):
+        async def review(self, head: Head, body: bytes) -> Reply:
+            uid = json.loads(body)["request"]["uid"]
+            answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "response": {"uid": uid, "allowed": True}}  # fmt: skip
+            return json_reply(answer, uid)
+
+    policy = builtin_policy()
+    reviewer = Allowing(lambda: policy, no_namespaces, None, evaluate, Metrics())
+    return Transport(reviewer, health_asgi(lambda: policy))
+
+
+def _serve_gunicorn(port: int, tls: Path, workers: int, threads: int) -> None:
+    from gunicorn.app.base import BaseApplication
+
+    class Yardstick(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            for key, value in {
+                "bind": f"{HOST}:{port}", "workers": workers, "threads": threads,
+                "worker_class": "gthread", "certfile": str(tls / "tls.crt"),
+                "keyfile": str(tls / "tls.key"), "keepalive": 120, "accesslog": None,
+            }.items():  # fmt: skip
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            return trivial_app
+
+    Yardstick().run()
 
 
 # --- servers as subprocesses ----------------------------------------------------------------
@@ -236,15 +324,14 @@ def preemptguard_server(tls: Path, workers: int | None, log: Path) -> Iterator[S
 
 @contextmanager
 def allow_server(
-    tls: Path, workers: int, log: Path | None = None, *, bare: bool = False
+    tls: Path, workers: int, log: Path | None = None, *, kind: str = "transport"
 ) -> Iterator[Server]:
-    """The always-allow app on a free port, under ``preemptguard serve``'s server with its
-    default threads; certificates in ``tls``. ``bare``: the bare WSGI one."""
+    """The always-allow app ``kind`` (``YARDSTICKS``) on a free port, with ``preemptguard
+    serve``'s settings; certificates in ``tls``."""
     port = free_port()
-    argv = [sys.executable, __file__, "--serve-allow", "--port", str(port), "--tls", str(tls),
-            "--workers", str(workers), *(["--bare"] if bare else [])]  # fmt: skip
-    label = "always-allow (bare WSGI)" if bare else "always-allow"
-    with _running(label, argv, port, tls, log or Path(os.devnull)) as server:
+    argv = [sys.executable, __file__, "--serve-allow", kind, "--port", str(port),
+            "--tls", str(tls), "--workers", str(workers)]  # fmt: skip
+    with _running(YARDSTICKS[kind], argv, port, tls, log or Path(os.devnull)) as server:
         yield server
 
 
@@ -372,8 +459,10 @@ class Hey:
         self, server: Server, conns: int, *, seconds: float | None = None,
         requests: int | None = None, qps: float | None = None,
     ) -> Run:  # fmt: skip
+        # hey names the server by its Host header, port and all, which TLS forbids in a
+        # server name (rustls refuses the hello): the name the certificate holds instead.
         argv = [self.binary, "-m", "POST", "-T", "application/json", "-D", str(self.body),
-                "-c", str(conns), "-t", str(self.timeout)]  # fmt: skip
+                "-c", str(conns), "-t", str(self.timeout), "-host", "localhost"]  # fmt: skip
         if seconds is not None:
             argv += ["-z", f"{seconds:g}s"]
         else:
@@ -482,7 +571,7 @@ def section(
 
 def bench(args: argparse.Namespace) -> None:
     from webhook.server import certs
-    from webhook.server.gunicorn import available_cpus
+    from webhook.server.serving import available_cpus
 
     work = Path(tempfile.mkdtemp(prefix="pg-server-bench-"))
     tls = work / "certs"
@@ -572,31 +661,34 @@ def review_inside(log: Path, offset: int) -> None:
 
 
 def stack_floor(hey: Hey, tls: Path, workers: int, args: argparse.Namespace, work: Path) -> None:
-    """(e) The always-allow app of (a) beside the same answer from a bare WSGI function: how
-    much of the stack is Flask's. preemptguard answers its hooks without Flask, so this shows
-    what the yardstick of (a) holds that preemptguard's reviews do not pay."""
+    """(e) preemptguard beside every yardstick, in requests/s: the same stack as (a), Flask on
+    the same server, a bare WSGI function there, and Flask under gunicorn (the stack before
+    granian) where gunicorn is installed."""
+    kinds = [k for k in YARDSTICKS if k != "gunicorn" or importlib.util.find_spec("gunicorn")]
     with ExitStack() as stack:
-        bare = stack.enter_context(allow_server(tls, workers, work / "bare.log", bare=True))
-        flask = stack.enter_context(allow_server(tls, workers, work / "allow-e.log"))
-        for server in (bare, flask):
+        servers = [stack.enter_context(preemptguard_server(tls, None, work / "pg-e.log"))]
+        for kind in kinds:
+            log = work / f"allow-{kind}.log"
+            servers.append(stack.enter_context(allow_server(tls, workers, log, kind=kind)))
+        for server in servers:
             hey.run(server, 4, requests=400)
-        runs = alternate(
-            (bare, flask), args.repeats, lambda s: hey.run(s, 16, seconds=args.seconds)
-        )
-        print(
-            f"\n## (e) the stack without Flask: always-allow as a bare WSGI function beside the "
-            f"Flask always-allow of (a), {workers} worker(s), 16 connections; load average "
-            f"{load_average()}"
-        )
-        rates = []
-        labels = ("bare WSGI always-allow", "Flask always-allow, as in (a)")
-        for label, side in zip(labels, runs, strict=True):
-            rates.append(median([r.rate for r in side]))
+        runs: list[list[Run]] = [[] for _ in servers]
+        for i in range(args.repeats):
+            order = range(len(servers)) if i % 2 == 0 else reversed(range(len(servers)))
+            for which in order:
+                runs[which].append(hey.run(servers[which], 16, seconds=args.seconds))
+        print(f"\n## (e) preemptguard beside every yardstick, {workers} worker(s), 16 connections;"
+              f" load average {load_average()}")  # fmt: skip
+        ours = median([r.rate for r in runs[0]])
+        for server, side in zip(servers, runs, strict=True):
+            rate = median([r.rate for r in side])
             cpu = median([r.cpu_us_per_review for r in side])
             listed = _fmt_runs(side, lambda r: r.rate, ".0f")
-            print(f"{label:44} {rates[-1]:9.0f} /s   server CPU {cpu:4.0f} us per review   "
-                  f"runs: {listed}")  # fmt: skip
-        print(f"{'Flask / bare':44} {rates[1] / rates[0]:9.2f}x")
+            ratio = ours / rate if rate else float("nan")
+            print(f"{server.label:44} {rate:9.0f} /s   preemptguard {ratio:5.2f}x   "
+                  f"server CPU {cpu:4.0f} us per review   runs: {listed}")  # fmt: skip
+        if "gunicorn" not in kinds:
+            print("(Flask on gunicorn: pip install 'gunicorn==27.0.1' to measure it too)")
 
 
 def memory(hey: Hey, tls: Path, args: argparse.Namespace, work: Path) -> None:
@@ -645,14 +737,13 @@ def main() -> None:
     parser.add_argument("--skip-default", action="store_true", help="skip (a), (c), (d)")
     parser.add_argument("--skip-one", action="store_true", help="skip (b)")
     parser.add_argument("--keep", action="store_true", help="keep the server logs")
-    parser.add_argument("--serve-allow", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-allow", choices=YARDSTICKS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tls", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_allow:
-        serve_allow(args.port, args.tls, args.workers, bare=args.bare)
+        serve_allow(args.port, args.tls, args.workers, args.serve_allow)
     else:
         bench(args)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
+from tests.server.asgi import AppClient
 from webhook.loading.policies import builtin_policy
 from webhook.server.app import create_app
 
@@ -37,7 +38,7 @@ def update_review(change: str) -> dict[str, Any]:
 
 
 def answer(review: dict[str, Any]) -> dict[str, Any]:
-    client = create_app(builtin_policy).test_client()
+    client = AppClient(create_app(builtin_policy))
     reply = client.post("/validate", json=review)
     assert reply.status_code == 200
     response: dict[str, Any] = reply.get_json()["response"]

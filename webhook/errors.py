@@ -59,6 +59,12 @@ class PriorityClassUnknown(ClusterStateUnknown):
     """A PriorityClass the policy names cannot be read now."""
 
 
+class NotCached(PreemptguardError):
+    """A lookup would have to read the cluster, and its caller may not wait: it asks again
+    where it may (the server checks reviews on its event loop only while the caches hold all
+    they need)."""
+
+
 class CertificateError(PreemptguardError):
     """Certificate files that cannot serve TLS; ``str()`` says which and why."""
 

@@ -37,6 +37,7 @@ from tests.fuzz.oracle import (
     same_answers,
     same_in_every_format,
 )
+from tests.server.asgi import AppClient
 from webhook.admission.namespaces import NamespaceMeta
 from webhook.cli.main import main as cli_main
 from webhook.engine.policy import Policy
@@ -146,12 +147,14 @@ class ReviewRunner:
             DEFAULT_POLICY_TEXT.replace("mode: enforce", "mode: warn"), source="warn.yaml"
         )
         self.clients = {
-            mode: create_app(
-                _always(policy),
-                namespaces=namespace_lookup,
-                metrics=Metrics(),
-                offloaded=self.offload,
-            ).test_client()
+            mode: AppClient(
+                create_app(
+                    _always(policy),
+                    namespaces=namespace_lookup,
+                    metrics=Metrics(),
+                    offloaded=self.offload,
+                )
+            )
             for mode, policy in (("enforce", enforce), ("warn", warn))
         }
         self.requests = 0

@@ -17,11 +17,13 @@ import pytest
 from tests.fuzz.framing import FramingCase, framing_case
 from tests.server.helpers import Client, ServerProcess, client_context, fixture, harness_server
 from webhook.server import certs
-from webhook.server.gunicorn import REQUEST_READ_TIMEOUT
 
 SEED, CASES = 20261204, 160
-# Far past the request deadline: a connection still silent then is a hang.
-CLIENT_TIMEOUT = REQUEST_READ_TIMEOUT + 20
+# Headers not all in by then close the connection; a body not in by the review's deadline
+# (the cases send ?timeout=3s) is answered 408.
+IDLE_TIMEOUT = 3.0
+# Far past every deadline: a connection still silent then is a hang.
+CLIENT_TIMEOUT = IDLE_TIMEOUT + 20
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tls_dir = tmp_path_factory.mktemp("tls")
     certs.write(certs.issue(list(certs.LOCAL_HOSTS)), tls_dir)
     log = tmp_path_factory.mktemp("framing") / "server.log"
-    proc = harness_server(tls_dir, log, threads=4, workers=1)
+    proc = harness_server(tls_dir, log, threads=4, workers=1, idle_timeout=IDLE_TIMEOUT)
     try:
         yield proc
     finally:
@@ -82,11 +84,14 @@ def exchange(port: int, ca: Path, case: FramingCase) -> list[int | None]:
     raw = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
     conn = client_context(ca).wrap_socket(raw, server_hostname="127.0.0.1")
     try:
-        for piece in case.pieces:
-            conn.sendall(piece)
-            time.sleep(0.0005)
-        if case.half_close:
-            socket.socket.shutdown(conn, socket.SHUT_WR)
+        try:
+            for piece in case.pieces:
+                conn.sendall(piece)
+                time.sleep(0.0005)
+            if case.half_close:
+                socket.socket.shutdown(conn, socket.SHUT_WR)
+        except (ssl.SSLError, ConnectionError):
+            pass  # the server answered and closed before the rest: what it said is read below
         answers = Answers(conn)
         statuses: list[int | None] = []
         for _ in range(max(case.whole_reviews, 1)):
@@ -119,8 +124,9 @@ def test_whole_reviews_are_answered_in_order(
 def test_every_broken_request_is_answered_or_closed(
     outcomes: list[tuple[FramingCase, list[int | None]]],
 ) -> None:
-    """Within the deadline (a hang fails the exchange with a timeout); a stalled request
-    with a 408, a half-closed one with a 400 or a close, the others as the parser decides."""
+    """Within the deadline (a hang fails the exchange with a timeout); a request stalled in
+    its body with a 408, in its headers with a close, a half-closed one with a 400 or a
+    close, the others as the parser decides."""
     seen: Counter[tuple[str, int | None]] = Counter()
     for case, statuses in outcomes:
         if case.whole_reviews:
@@ -128,7 +134,7 @@ def test_every_broken_request_is_answered_or_closed(
         (status,) = statuses
         seen[case.mutation, status] += 1
         if case.mutation == "stalled":
-            assert status == 408, (case.number, statuses)
+            assert status in (408, None), (case.number, statuses)
         elif case.mutation == "half-closed":
             assert status in (400, None), (case.number, statuses)
         else:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
 import http.client
 import json
 import os
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -223,6 +225,59 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
             self._log.close()
+
+
+def server_socket_option(server_pid: int, client_port: int, level: int, option: int) -> int:
+    """An option of the socket that the server process ``server_pid`` (or one of its
+    children) accepted for the connection from ``client_port`` on 127.0.0.1, read from a copy
+    of that socket taken with pidfd_getfd(2)."""
+    inode = _server_inode(client_port)
+    for pid in [server_pid, *_children(server_pid)]:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target == f"socket:[{inode}]":
+                with _copied_socket(pid, int(fd.name)) as sock:
+                    value: int = sock.getsockopt(level, option)
+                    return value
+    raise AssertionError(f"no socket of {server_pid} serves the connection from {client_port}")
+
+
+def _server_inode(client_port: int) -> str:
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port = int(fields[2].split(":")[1], 16)
+        if remote_port == client_port and fields[9] != "0":
+            return fields[9]
+    raise AssertionError(f"no server socket for the connection from port {client_port}")
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()]
+
+
+_PIDFD_GETFD = 438  # x86_64 and arm64 share the number
+
+
+@contextlib.contextmanager
+def _copied_socket(pid: int, fd: int) -> Iterator[socket.socket]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        copy = libc.syscall(_PIDFD_GETFD, pidfd, fd, 0)
+        if copy < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd failed")
+    finally:
+        os.close(pidfd)
+    sock = socket.socket(fileno=copy)
+    try:
+        yield sock
+    finally:
+        sock.detach()
+        os.close(copy)
 
 
 def wait_for(condition: Any, timeout: float = 30, interval: float = 0.1) -> Any:

@@ -10,17 +10,17 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import pytest
-from flask import Flask
-from flask.testing import FlaskClient
 
+from tests.server.asgi import AppClient
 from tests.server.helpers import WARN_POLICY, fixture, with_object
 from webhook.admission.namespaces import NamespaceMeta
 from webhook.engine.decision import Context, Decision, Obj
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy, parse_policy
 from webhook.server import logs
-from webhook.server.app import create_app, hook_request
+from webhook.server.app import create_app
 from webhook.server.metrics import Metrics
+from webhook.server.transport import Transport, timeout_parameter
 
 SWEEP = fixture("create-pod-sweep-mutate")
 
@@ -37,11 +37,11 @@ def log_stream() -> Iterator[io.StringIO]:
     logs.configure("info")
 
 
-def client_for(app: Flask) -> FlaskClient:
-    return app.test_client()
+def client_for(app: Transport) -> AppClient:
+    return AppClient(app)
 
 
-def review_of(client: FlaskClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def review_of(client: AppClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
     reply = client.post(path, json=body)
     assert reply.status_code == 200, reply.data
     doc: dict[str, Any] = reply.get_json()
@@ -258,9 +258,7 @@ def test_an_operation_of_any_other_value_or_type_is_refused(operation: object) -
     ],
 )
 def test_the_timeout_is_read_as_the_query_parser_reads_it(query: str) -> None:
-    environ = {"QUERY_STRING": query, "wsgi.input": io.BytesIO()}
-    expected = dict(parse_qsl(query)).get("timeout")
-    assert hook_request(environ).timeout == expected
+    assert timeout_parameter(query) == dict(parse_qsl(query)).get("timeout")
 
 
 def test_a_workload_with_a_partial_template_without_a_spec_is_answered() -> None:

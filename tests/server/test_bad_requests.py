@@ -220,7 +220,7 @@ def test_bad_chunk_is_a_400_saying_the_body_could_not_be_read(server: ServerProc
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 "), answer
     assert body.startswith(b"body could not be read: "), answer
-    assert b"chunk size" in body, answer
+    assert b"chunked framing is broken" in body, answer
     assert body.count(b"\n") == 1
     assert "Traceback" not in server.logs()
     assert not [r for r in server.log_events("request_failed") if r["level"] == "error"]
@@ -235,8 +235,10 @@ def test_body_shorter_than_its_content_length(server: ServerProcess) -> None:
         b'Content-Length: 1000\r\n\r\n{"apiVersion"',
         half_close=True,
     )
-    expected = "body ended after 13 of the 1000 bytes of its Content-Length"
-    wait_for(lambda: expected in [r["reason"] for r in server.log_events("bad_request")])
+    expected = "body could not be read: the connection ended before the end of the body"
+    wait_for(
+        lambda: any(r["reason"].startswith(expected) for r in server.log_events("bad_request"))
+    )
 
 
 HUGE = "x" * 5_000_000

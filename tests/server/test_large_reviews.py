@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from flask.testing import FlaskClient
 
 from tests import adversarial
+from tests.server.asgi import AppClient
 from tests.server.helpers import ServerProcess, client_context, fixture
 from webhook.admission import review
 from webhook.admission.hooks import Hook
@@ -45,12 +45,14 @@ def quiet_logs() -> None:
     logs.configure("error", io.StringIO())
 
 
-def app_client(offloaded: Offload, **options: Any) -> FlaskClient:
-    return create_app(lambda: POLICY, offloaded=offloaded, **options).test_client()
+def app_client(offloaded: Offload, **options: Any) -> AppClient:
+    return AppClient(create_app(lambda: POLICY, offloaded=offloaded, **options))
 
 
-def post(client: FlaskClient, hook: str, body: bytes) -> tuple[int, Any]:
-    reply = client.post(f"/{hook}?timeout=3s", data=body, content_type="application/json")
+def post(client: AppClient, hook: str, body: bytes) -> tuple[int, Any]:
+    reply = client.post(
+        f"/{hook}?timeout=3s", data=body, headers={"Content-Type": "application/json"}
+    )
     if reply.status_code != 200:
         return reply.status_code, reply.get_data(as_text=True)
     return 200, reply.get_json()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -9,8 +10,14 @@ import signal
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed25519
+from cryptography.x509.oid import NameOID
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.server.helpers import (
     BROKEN_POLICY,
@@ -27,7 +34,7 @@ from tests.server.helpers import (
 )
 from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs, logs, reload
-from webhook.server.metrics import Metrics
+from webhook.server.metrics import CertificateMetrics, Metrics
 from webhook.server.reload import CertStore, PolicyStore
 
 COORDINATOR = fixture("create-pod-coordinator-0-mutate")
@@ -53,8 +60,9 @@ def tls_files(issued: certs.Issued) -> dict[str, bytes]:
     return {"ca.crt": issued.ca_cert, "tls.crt": issued.cert, "tls.key": issued.key}
 
 
-def metric(metrics: Metrics, name: str) -> float:
-    for line in metrics.render().decode().splitlines():
+def metric(metrics: Metrics | CertificateMetrics, name: str) -> float:
+    registry = metrics.registry if isinstance(metrics, Metrics) else metrics_registry
+    for line in generate_latest(registry).decode().splitlines():
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise AssertionError(name)
@@ -123,31 +131,94 @@ def test_builtin_policy_needs_no_files() -> None:
     assert store.check() is False
 
 
-def test_cert_store_swaps_context_and_survives_a_half_written_pair(tmp_path: Path) -> None:
-    metrics = Metrics()
+metrics_registry = CollectorRegistry()
+CERTIFICATE_METRICS = CertificateMetrics(metrics_registry)
+
+
+def test_cert_store_checks_each_change_and_survives_a_half_written_pair(tmp_path: Path) -> None:
+    metrics = CERTIFICATE_METRICS
+    before = metric(metrics, "preemptguard_certificate_reloads_total")
+    failures = metric(metrics, "preemptguard_certificate_reload_failures_total")
     first, second = certs.issue(["a.example"]), certs.issue(["b.example"])
     mount(tmp_path, tls_files(first), "1")
     store = CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", metrics)
-    context = store.context
-    assert context.minimum_version is ssl.TLSVersion.TLSv1_2
     # A rewrite in place, the key first: the pair does not match until the certificate follows.
     (tmp_path / "tls.key").unlink()
     (tmp_path / "tls.key").write_bytes(second.key)
     assert store.check() is False
-    assert store.context is context
     (tmp_path / "tls.crt").unlink()
     (tmp_path / "tls.crt").write_bytes(second.cert)
     assert store.check() is True
-    assert store.context is not context
-    assert metric(metrics, "preemptguard_certificate_reloads_total") == 2
-    assert metric(metrics, "preemptguard_certificate_reload_failures_total") == 1
+    assert store.check() is False  # nothing new
+    assert metric(metrics, "preemptguard_certificate_reloads_total") == before + 2
+    assert metric(metrics, "preemptguard_certificate_reload_failures_total") == failures + 1
     expiry = certs.not_after(second.cert).timestamp()
     assert metric(metrics, "preemptguard_certificate_expiry_timestamp_seconds") == expiry
 
 
 def test_cert_store_refuses_missing_files_at_start(tmp_path: Path) -> None:
     with pytest.raises(CertificateError, match="cannot use certificate"):
-        CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", Metrics())
+        CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", CERTIFICATE_METRICS)
+
+
+@pytest.mark.parametrize(
+    ("key", "error"),
+    [
+        (
+            lambda: ec.generate_private_key(ec.SECP521R1()),
+            "a ECDSA secp521r1 key; use ECDSA P-256",
+        ),
+        (lambda: dsa.generate_private_key(2048), "a DSA key; use ECDSA P-256"),
+    ],
+    ids=["p-521", "dsa"],
+)
+def test_cert_store_refuses_a_key_the_server_cannot_sign_with(
+    tmp_path: Path, key: Any, error: str
+) -> None:
+    """rustls would fail to start every worker on it: refused at start, and on reload."""
+    private = key()
+    cert, pem = self_signed(private)
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(pem)
+    with pytest.raises(CertificateError, match=error):
+        CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", CERTIFICATE_METRICS)
+
+
+def test_cert_store_refuses_an_encrypted_key(tmp_path: Path) -> None:
+    private = ec.generate_private_key(ec.SECP256R1())
+    cert, _ = self_signed(private)
+    encrypted = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(encrypted)
+    with pytest.raises(CertificateError, match="the key must be unencrypted PEM"):
+        CertStore(tmp_path / "tls.crt", tmp_path / "tls.key", CERTIFICATE_METRICS)
+
+
+def self_signed(private: Any) -> tuple[bytes, bytes]:
+    """A certificate for ``private``'s public key, signed by itself, and the key, in PEM."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "odd-key")])
+    now = dt.datetime.now(dt.UTC)
+    hashing = None if isinstance(private, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(private.public_key())
+        .serial_number(1)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .sign(private, hashing)
+    )
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem
 
 
 # --- under the running server --------------------------------------------------------------
@@ -207,10 +278,12 @@ def test_new_connections_get_the_new_certificate(
         finally:
             client.close()
 
-    wait_for(new_certificate_served, timeout=10)
-    # Loaded once at start, then again by each worker process; each on its own clock, so
-    # until the last has, a new connection may still reach one serving the old certificate.
-    wait_for(lambda: server.metric("preemptguard_certificate_reloads_total") == 1 + WORKERS)
+    # Checked once at start and once after the change; the workers are then replaced, new
+    # ones first: until the old ones have stopped, a new connection may still reach one.
+    wait_for(lambda: server.metric("preemptguard_certificate_reloads_total") == 2)
+    wait_for(new_certificate_served, timeout=30)
+    for n in range(1, WORKERS + 1):
+        wait_for(lambda n=n: server.log_events(f"Stopped old worker-{n}"), timeout=30)
     for _ in range(2 * WORKERS):  # whichever worker takes it
         stale = Client(server.port, old_ca, timeout=2)
         try:
@@ -218,11 +291,9 @@ def test_new_connections_get_the_new_certificate(
                 stale.get("/healthz")
         finally:
             stale.close()
-    # A connection opened before the swap keeps working on its own session.
-    try:
-        assert kept.post("/mutate", fixture("create-pod-sweep-mutate")).status == 200
-    finally:
-        kept.close()
+    # A connection opened before the swap was closed with its worker: the API server's pool
+    # dials a new one, which gets the new certificate.
+    kept.close()
     expiry = certs.not_after(second.cert).timestamp()
     assert server.metric("preemptguard_certificate_expiry_timestamp_seconds") == expiry
     assert server.log_events("certificate_reloaded")
@@ -255,29 +326,28 @@ def test_policy_change_takes_effect_and_an_invalid_one_is_refused(
 
 
 def worker_pids(server: ServerProcess) -> list[int]:
-    """The gunicorn workers: the children of the server process (none for a moment between a
-    worker's death and its replacement)."""
+    """The workers: the children of the server process (none for a moment between a worker's
+    death and its replacement)."""
     pid = server.proc.pid
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def test_a_restarted_worker_serves_the_current_files(tmp_path: Path) -> None:
-    """A worker that crashes comes back with the policy and certificate on disk, not the ones
-    the server started with (which the server process holds, loaded before the fork)."""
-    # Polling alone would take this long to see the files: the new worker reads them at once.
+def test_a_restarted_worker_serves_the_current_policy_and_the_last_checked_certificate(
+    tmp_path: Path,
+) -> None:
+    """A worker that crashes comes back with the policy on disk, not the one the server
+    started with, and with the certificate the main process last checked: a pair on disk is
+    served once it has been checked (here, not yet: the files are polled every 120 s)."""
     # One worker, so that every request reaches the restarted one.
     server, tls, policies = start_mounted(tmp_path, reload_interval=120, workers=1)
-    second = certs.issue(list(certs.LOCAL_HOSTS))
-    new_ca = tmp_path / "second-ca.crt"
-    new_ca.write_bytes(second.ca_cert)
     mount(policies, {"policy.yaml": WARN_POLICY.encode()}, "2")
-    mount(tls, tls_files(second), "2")
+    mount(tls, tls_files(certs.issue(list(certs.LOCAL_HOSTS))), "2")
 
     def served() -> Reply | None:
-        client = Client(server.port, new_ca, timeout=5)
+        client = Client(server.port, server.ca, timeout=5)
         try:
             return client.post("/mutate", COORDINATOR)
-        except OSError:  # the new worker is still starting, or serves the old certificate
+        except OSError:  # the new worker is still starting
             return None
         finally:
             client.close()

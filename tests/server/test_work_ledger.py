@@ -8,6 +8,7 @@ in tests/server/test_slow_review_flood.py (outcomes) and benchmarks/slow_review_
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import io
 import json
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests import adversarial
+from tests.server.asgi import AppClient
 from tests.server.helpers import fixture
 from webhook.admission.hooks import Hook
 from webhook.admission.namespaces import NamespaceMeta
@@ -25,9 +27,8 @@ from webhook.engine import evaluate
 from webhook.engine.decision import Context, Decision, Obj
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy
-from webhook.server import gunicorn, logs
-from webhook.server import handler as handler_module
-from webhook.server.app import MAX_BODY_BYTES, hook_request
+from webhook.server import logs
+from webhook.server import reviewer as reviewer_module
 from webhook.server.gate import (
     MEDIUM_BODY_BYTES,
     MEDIUM_SHARE,
@@ -38,9 +39,10 @@ from webhook.server.gate import (
     WorkLedger,
     thread_seconds,
 )
-from webhook.server.handler import HookRequest, ReviewHandler
 from webhook.server.metrics import Metrics
 from webhook.server.offload import Offload
+from webhook.server.reviewer import Head, Reply, Reviewer
+from webhook.server.transport import LoopLag, Transport
 
 POLICY = builtin_policy()
 ORDINARY = 4 * 1024
@@ -174,7 +176,7 @@ def test_ordinary_reviews_do_not_spend_the_share_of_medium_ones(clock: Clock) ->
         admitted(ledger.enter(MEDIUM, due_in(clock, 2.55)))
 
 
-# --- The handler: the ledger on every review answered in a thread ---
+# --- The reviewer: the ledger on every review answered in the worker process ---
 
 
 @pytest.fixture(autouse=True)
@@ -182,31 +184,35 @@ def quiet_logs() -> None:
     logs.configure("error", io.StringIO())
 
 
-def review_handler(
+def reviewer(
     ledger: WorkLedger, metrics: Metrics | None = None, engine: Any = evaluate
-) -> ReviewHandler:
-    return ReviewHandler(
+) -> Reviewer:
+    return Reviewer(
         lambda: POLICY,
         lambda namespace: NamespaceMeta(),
         offline(),
         engine,
         metrics or Metrics(),
-        MAX_BODY_BYTES,
-        LargeReviewGate(),
-        Offload(),
-        ledger,
+        gate=LargeReviewGate(),
+        offloaded=Offload(),
+        ledger=ledger,
     )
 
 
-def call(body: bytes, *, arrived: float | None = None, timeout: str = "3s") -> HookRequest:
-    return HookRequest(
-        path="/validate",
+def head(body: bytes, *, arrived: float | None = None, timeout: str = "3s") -> Head:
+    return Head(
+        hook=Hook.MUTATE,
+        path="/mutate",
         timeout=timeout,
         mimetype="application/json",
-        content_length=len(body),
-        body=io.BytesIO(body),
-        arrived=arrived,
+        encoding="",
+        length=len(body),
+        arrived=time.monotonic() if arrived is None else arrived,
     )
+
+
+def answer(checker: Reviewer, body: bytes, **options: Any) -> Reply:
+    return asyncio.run(checker.review(head(body, **options), body))
 
 
 def ordinary_review(uid: str) -> bytes:
@@ -222,12 +228,12 @@ def test_a_request_whose_deadline_passed_while_it_waited_is_refused_unread(
     def never(body: bytes) -> object:
         raise AssertionError("the review was parsed")
 
-    monkeypatch.setattr(handler_module, "loads", never)
+    monkeypatch.setattr(reviewer_module, "loads", never)
     metrics = Metrics()
-    handler = review_handler(WorkLedger(), metrics)
-    # Arrived 3 s ago with a 3 s timeout: waited in the queue for a thread all that time.
-    late = call(ordinary_review("late-1"), arrived=time.monotonic() - 3)
-    reply = handler.handle(Hook.MUTATE, late)
+    # Arrived 3 s ago with a 3 s timeout: waited behind other work all that time.
+    reply = answer(
+        reviewer(WorkLedger(), metrics), ordinary_review("late-1"), arrived=time.monotonic() - 3
+    )
     assert reply.status == 200
     doc = json.loads(reply.body)
     assert doc["apiVersion"] == "admission.k8s.io/v1"
@@ -245,9 +251,8 @@ def test_a_request_whose_deadline_passed_while_it_waited_is_refused_unread(
 
 
 def test_a_request_that_arrived_just_now_is_checked() -> None:
-    handler = review_handler(WorkLedger())
-    fresh = call(ordinary_review("fresh-1"), arrived=time.monotonic())
-    response = json.loads(handler.handle(Hook.MUTATE, fresh).body)["response"]
+    reply = answer(reviewer(WorkLedger()), ordinary_review("fresh-1"))
+    response = json.loads(reply.body)["response"]
     assert (response["uid"], response["allowed"]) == ("fresh-1", True)
 
 
@@ -262,27 +267,50 @@ def test_a_review_leaves_the_ledger_however_it_ends() -> None:
     ledger = WorkLedger()
     medium = adversarial.encode(adversarial.review_of(adversarial.too_many_terms(200 * 1024)))
     for body in (ordinary_review("broken-1"), medium):
-        with pytest.raises(RuntimeError, match="metrics bug"):
-            review_handler(ledger, BrokenMetrics()).handle(Hook.VALIDATE, call(body))
+        reply = answer(reviewer(ledger, BrokenMetrics()), body)
+        assert (reply.status, reply.body) == (500, b"internal error; see the preemptguard log\n")
         assert ledger.in_hand() == 0
-        reply = review_handler(ledger, engine=broken).handle(Hook.VALIDATE, call(body))
+        reply = answer(reviewer(ledger, engine=broken), body)
         assert reply.status == 500
         assert ledger.in_hand() == 0
 
 
-def test_the_arrival_stamp_reaches_the_review_call() -> None:
-    seen: list[float | None] = []
+def test_a_call_arrives_as_long_before_it_is_run_as_the_event_loop_lags() -> None:
+    """Work ready for the event loop waits in one queue: a call found there has waited about
+    as long as the heartbeat last did, and its deadline counts that wait."""
+    heard: list[Head] = []
 
-    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        environ["wsgi.input"] = io.BytesIO()
-        seen.append(hook_request(environ).arrived)
-        return []
+    class Listening(Reviewer):
+        def refusal(self, call: Head) -> Reply | None:
+            heard.append(call)
+            return Reply(400, b"", "text/plain")
 
-    wrapped = gunicorn.stamped_with_arrival(app)
-    wrapped({}, None)  # not served by WebhookWorker: no stamp, the handler takes now
-    gunicorn._serving.arrived = 12.5  # as WebhookWorker sets it for the request it serves
-    try:
-        wrapped({}, None)
-    finally:
-        gunicorn._serving.arrived = None
-    assert seen == [None, 12.5]
+    lag = LoopLag()
+    lag.seconds = 1.5
+    app = Transport(
+        Listening(lambda: POLICY, lambda n: NamespaceMeta(), None, evaluate, Metrics()),
+        _no_app,
+        lag=lag,
+    )
+    before = time.monotonic()
+    AppClient(app).post("/validate", json={})
+    assert before - 1.5 <= heard[0].arrived <= time.monotonic() - 1.5
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("not a hook")
+
+
+def test_the_heartbeat_measures_how_late_the_loop_runs_what_is_ready() -> None:
+    seen: list[float] = []
+
+    async def busy_loop() -> None:
+        lag = LoopLag(seen.append)
+        lag.start()
+        await asyncio.sleep(0.12)
+        time.sleep(0.3)  # the loop held, as by a review checked on it
+        await asyncio.sleep(0.12)
+
+    asyncio.run(busy_loop())
+    assert max(seen) >= 0.2
+    assert min(seen) < 0.05

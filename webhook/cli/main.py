@@ -209,7 +209,7 @@ def _fail_input(message: str) -> NoReturn:
 
 
 # The commands that need the server, the cluster client or the exporter, imported when run:
-# `check` starts in a fraction of the time without Flask, gunicorn and the kubernetes client.
+# `check` starts in a fraction of the time without Flask, granian and the kubernetes client.
 LAZY_COMMANDS = {
     "serve": "webhook.cli.server_commands:serve_command",
     "certs": "webhook.cli.server_commands:certs_command",

@@ -59,7 +59,7 @@ _PATH = click.Path(path_type=Path)
     type=click.IntRange(min=1),
     default=16,
     show_default=True,
-    help="Threads serving reviews, per worker.",
+    help="Threads per worker for reviews too large to check on its event loop.",
 )
 @click.option(
     "--graceful-timeout",
@@ -95,10 +95,10 @@ def serve_command(
     Namespace annotations are read from the cluster of KUBECONFIG, or in a pod from its
     service account; without either, the server runs without them.
     """
-    # Imported here so that `check`, `explain` and `test` start without Flask, gunicorn and
+    # Imported here so that `check`, `explain` and `test` start without Flask, granian and
     # the kubernetes client.
-    from webhook.server.gunicorn import ServerSettings
     from webhook.server.runtime import ServeOptions, serve
+    from webhook.server.serving import PortInUse, ServerSettings
 
     cert_file, key_file = _serving_files(cert_file, key_file, self_signed)
     settings = ServerSettings(
@@ -119,7 +119,7 @@ def serve_command(
     )
     try:
         serve(options)
-    except (PolicyError, CertificateError) as exc:
+    except (PolicyError, CertificateError, PortInUse) as exc:
         click.echo(f"preemptguard serve: {exc}", err=True)
         sys.exit(2)
 

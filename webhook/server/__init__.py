@@ -1,2 +1,3 @@
-"""The admission server: Flask over gunicorn and TLS, with its runtime (certificates, policy
-reload, namespace cache, metrics, logs, bounded work for large reviews)."""
+"""The admission server: the hooks and Flask over granian and TLS, with its runtime
+(certificates, policy reload, namespace cache, metrics, logs, bounded work for large
+reviews)."""

@@ -4,12 +4,14 @@ a gate for large reviews.
 The API server gives up on a webhook after ``timeoutSeconds`` and, under ``failurePolicy:
 Ignore``, admits the object unchecked: a late answer is a pass. It says how long it waits in
 the ``timeout`` query parameter of every call, and its clock starts before the request
-reaches a thread here: the worker stamps each request when it queues it for a thread (see
-``webhook.server.gunicorn``), and the deadline runs from that stamp.
+reaches the app: the transport stamps each call as it is first run, less the time work ready
+for the event loop waits for it (see ``webhook.server.transport.LoopLag``), and the deadline
+runs from that stamp.
 
 A review's cost grows with its size (reading JSON, walking the pod). Reviews up to
-``LARGE_BODY_BYTES`` are answered in the server's threads, which share one interpreter lock:
-reviews checked at once take about as long as their costs added up. So each enters a
+``LARGE_BODY_BYTES`` are answered in the worker process, on its event loop or in its threads,
+which share one interpreter lock: reviews checked at once take about as long as their costs
+added up. So each enters a
 ``WorkLedger`` first, with its expected cost, and is checked only if the work in hand and its
 own fit before its deadline; those above ``MEDIUM_BODY_BYTES`` (real pods are a few KiB) may
 besides take only a share of the CPU, so that a flood of them leaves the rest to ordinary

@@ -1,4 +1,4 @@
-"""Structured JSON logs: one line per event, the server's own and gunicorn's alike."""
+"""Structured JSON logs: one line per event, the server's own and granian's alike."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ class _LineLogger:
 
 
 def stdlib_config(level: str = "info") -> dict[str, Any]:
-    """A ``logging.config.dictConfig`` that renders stdlib records (gunicorn's) as the same JSON."""
+    """A ``logging.config.dictConfig`` that renders stdlib records (granian's) as the same JSON."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -111,8 +111,8 @@ def stdlib_config(level: str = "info") -> dict[str, Any]:
         },
         "root": {"handlers": ["stdout"], "level": level.upper()},
         "loggers": {
-            "gunicorn.error": {"handlers": ["stdout"], "level": level.upper(), "propagate": False},
-            "gunicorn.access": {"handlers": [], "level": "CRITICAL", "propagate": False},
+            "_granian": {"handlers": ["stdout"], "level": level.upper(), "propagate": False},
+            "granian.access": {"handlers": [], "level": "CRITICAL", "propagate": False},
         },
     }
 

@@ -3,11 +3,12 @@
 Served on a separate plain-HTTP port so scraping needs no TLS trust and never competes with
 admission traffic for the TLS listener.
 
-The server runs several worker processes. Each writes its metrics to files in one folder
-(prometheus_client's multiprocess mode, ``enable_multiprocess``), and the arbiter process
-serves the sum (``aggregated``): counters and histograms add up across workers; each gauge
-says how (the policy in use: the latest; the namespace cache synced: only if every live
-worker is, ``livemin``). The ``process_*`` metrics are the arbiter's; each worker's memory is
+The server runs several worker processes. Each writes its metrics (``Metrics``) to files in
+one folder (prometheus_client's multiprocess mode), and the main process serves the sum
+(``MainMetrics``): counters and histograms add up across workers; each gauge says how (the
+policy in use: the latest; the namespace cache synced: only if every live worker is,
+``livemin``). The main process's own metrics (the certificate it watches, ``process_*``)
+are served beside the sum; each worker's memory is
 ``preemptguard_worker_resident_memory_bytes{pid}``.
 """
 
@@ -24,6 +25,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
+    disable_created_metrics,
     multiprocess,
     values,
 )
@@ -92,8 +94,29 @@ def watch_cache_metrics(
     )
 
 
+class CertificateMetrics:
+    """The serving certificate, watched by the main process."""
+
+    def __init__(self, reg: CollectorRegistry) -> None:
+        self.reloads = Counter(
+            "preemptguard_certificate_reloads",
+            "Serving certificates loaded: once at start, then at each change of the files.",
+            registry=reg,
+        )
+        self.reload_failures = Counter(
+            "preemptguard_certificate_reload_failures",
+            "Certificate changes that could not be loaded; the previous one keeps serving.",
+            registry=reg,
+        )
+        self.expiry = Gauge(
+            "preemptguard_certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires (Unix time).",
+            registry=reg,
+        )
+
+
 class Metrics(RegistryMetrics):
-    """Every metric the server exports."""
+    """Every metric a worker process exports."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -114,10 +137,35 @@ class Metrics(RegistryMetrics):
         )
         self.admission_seconds = Histogram(
             "preemptguard_admission_duration_seconds",
-            "Time from a review's arrival (queued for a thread) to its answer, by hook.",
+            "Time from a review's arrival (read off the event loop's queue) to its answer, "
+            "by hook.",
             ["hook"],
             buckets=LATENCY_BUCKETS,
             registry=reg,
+        )
+        self.reviews_dropped = Counter(
+            "preemptguard_reviews_dropped",
+            "Review calls whose answer the API server did not get in time, by hook and why: "
+            "answered after the call's timeout (late), the connection gone before the answer "
+            "was sent (unsent), the body not all in before the deadline (body-late). Under "
+            "failurePolicy Ignore each let its object through unchecked.",
+            ["hook", "why"],
+            registry=reg,
+        )
+        self.loop_lag = Gauge(
+            "preemptguard_event_loop_lag_seconds",
+            "How long work ready for a worker's event loop last waited for it: a review "
+            "arriving now waits about as long before it is read.",
+            registry=reg,
+            multiprocess_mode="livemax",
+        )
+        self.review_backlog = Gauge(
+            "preemptguard_review_backlog_seconds",
+            "The expected seconds of the reviews a worker is checking at once (its work "
+            "ledger); a review that would not finish before its deadline behind them is "
+            "refused as busy.",
+            registry=reg,
+            multiprocess_mode="livesum",
         )
         self.bad_requests = Counter(
             "preemptguard_bad_requests",
@@ -129,7 +177,7 @@ class Metrics(RegistryMetrics):
         # The labelled children, looked up once: labels() takes a lock and parses its arguments.
         self._admission_children: dict[tuple[str, str, str], Any] = {}
         self._duration_children: dict[str, Any] = {}
-        self._policy_and_certificates(reg)
+        self._policy(reg)
         self.namespace_cache = watch_cache_metrics(
             reg,
             noun="namespace",
@@ -147,7 +195,7 @@ class Metrics(RegistryMetrics):
             lookup_needs="a PriorityClass their class names",
         )
 
-    def _policy_and_certificates(self, reg: CollectorRegistry) -> None:
+    def _policy(self, reg: CollectorRegistry) -> None:
         self.policy_reloads = Counter(
             "preemptguard_policy_reloads",
             "Policy changes loaded and in use, counted in each worker process that loads one.",
@@ -165,22 +213,6 @@ class Metrics(RegistryMetrics):
             ["name", "mode"],
             registry=reg,
             multiprocess_mode="livemax",
-        )
-        self.certificate_reloads = Counter(
-            "preemptguard_certificate_reloads",
-            "Serving certificates loaded: once at start, then by each worker process.",
-            registry=reg,
-        )
-        self.certificate_reload_failures = Counter(
-            "preemptguard_certificate_reload_failures",
-            "Certificate changes that could not be loaded; the previous one keeps serving.",
-            registry=reg,
-        )
-        self.certificate_expiry = Gauge(
-            "preemptguard_certificate_expiry_timestamp_seconds",
-            "When the serving certificate in use expires (Unix time).",
-            registry=reg,
-            multiprocess_mode="livemin",
         )
 
     def set_policy(self, name: str, mode: str) -> None:
@@ -201,6 +233,9 @@ class Metrics(RegistryMetrics):
         if histogram is None:
             histogram = self._duration_children[hook] = self.admission_seconds.labels(hook)
         histogram.observe(seconds)
+
+    def count_dropped(self, hook: str, why: str) -> None:
+        self.reviews_dropped.labels(hook=hook, why=why).inc()
 
     def sample_memory(self) -> None:
         """Record this process's resident memory (read from /proc where there is one)."""
@@ -232,11 +267,28 @@ def enable_multiprocess(directory: Path) -> None:
     values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
 
 
+class MainMetrics(RegistryMetrics):
+    """What the main process serves: its own metrics, and the sum over every worker's files.
+
+    Made before the workers, it turns multiprocess mode on for every ``Metrics`` made after
+    it (the workers'), its own metrics staying in its memory.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        # The workers' metrics, summed from their files, carry no creation times: neither
+        # do these.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = CollectorRegistry()
+        self.certificates = CertificateMetrics(self.registry)
+        ProcessCollector(registry=self.registry)
+        enable_multiprocess(directory)
+        _WorkerFiles(self.registry, path=str(directory))  # type: ignore[no-untyped-call]
+
+
 def aggregated(directory: Path) -> CollectorRegistry:
-    """A registry of the sum over every worker's files, with the arbiter's own process."""
+    """A registry of the sum over every worker's files."""
     registry = CollectorRegistry()
     _WorkerFiles(registry, path=str(directory))  # type: ignore[no-untyped-call]
-    ProcessCollector(registry=registry)
     return registry
 
 
@@ -249,8 +301,31 @@ class _WorkerFiles(multiprocess.MultiProcessCollector):
     """
 
     def collect(self) -> Any:
+        _forget_gone_workers(Path(self._path))
         files = [str(f) for f in Path(self._path).glob("*.db") if _sized(f)]
         return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+
+
+def _forget_gone_workers(directory: Path) -> None:
+    """Drop the live gauges of worker processes that have exited (their counters stay in the
+    sums): a worker respawned, or replaced after a crash, leaves its files behind."""
+    gone = set()
+    for file in directory.glob("gauge_live*_*.db"):
+        number = file.stem.rsplit("_", 1)[-1]
+        if number.isdigit() and not _alive(int(number)):
+            gone.add(int(number))
+    for pid in gone:
+        forget_worker(pid, directory)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _sized(file: Path) -> bool:

@@ -79,3 +79,9 @@ class NamespaceCache(WatchCache[NamespaceMeta]):
         if not self.enabled:
             return NamespaceMeta()
         return super().lookup(namespace)
+
+    def cached_lookup(self, namespace: str) -> NamespaceMeta:
+        """``lookup`` without reading the API server: raises ``NotCached`` where it would."""
+        if not self.enabled:
+            return NamespaceMeta()
+        return super().cached_lookup(namespace)

@@ -64,3 +64,9 @@ class PriorityClassCache(WatchCache[PriorityClassInfo | None]):
         if not self.enabled:
             return priorities.offline()(name)
         return super().lookup(name)
+
+    def cached_lookup(self, name: str) -> PriorityClassInfo | None:
+        """``lookup`` without reading the API server: raises ``NotCached`` where it would."""
+        if not self.enabled:
+            return priorities.offline()(name)
+        return super().cached_lookup(name)

@@ -15,13 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
 from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
 from webhook.errors import CertificateError, PolicyError
 from webhook.loading.policies import builtin_policy, load_policy, policy_files
 from webhook.server.certs import not_after
 from webhook.server.logs import get_logger
-from webhook.server.metrics import Metrics
+from webhook.server.metrics import CertificateMetrics, Metrics
 
 Signature = tuple[tuple[str, int, int, int, int], ...]
 
@@ -117,26 +120,39 @@ class PolicyStore:
 
 
 class CertStore:
-    """The TLS server context for new connections, rebuilt when the certificate files change.
+    """The serving certificate and key, checked again whenever their files change.
 
-    Each new connection takes ``context`` when it starts its handshake; a reload swaps in a
-    whole new context, so open connections keep theirs and none ever sees half an update.
+    The server's TLS (rustls, in each worker) reads the pair when a worker starts. A pair that
+    loads here is copied, as one, to ``serving_dir``, and the next workers serve that copy
+    (see ``webhook.server.runtime``); a pair that does not is refused while the previous one
+    keeps serving. The copy, not the mounted files: Kubernetes swaps a mounted Secret by a
+    symlink, and the server would read its files through links resolved when it started.
     """
 
-    def __init__(self, cert_file: Path, key_file: Path, metrics: Metrics) -> None:
-        """Load the files now; raises ``CertificateError`` so a bad start fails loudly."""
+    def __init__(
+        self,
+        cert_file: Path,
+        key_file: Path,
+        metrics: CertificateMetrics,
+        serving_dir: Path | None = None,
+    ) -> None:
+        """Check the files now; raises ``CertificateError`` so a bad start fails loudly."""
         self.cert_file, self.key_file, self.metrics = cert_file, key_file, metrics
+        self.serving_dir = serving_dir
         self._seen = signature([cert_file, key_file])
-        self._context = self._load()
-        metrics.certificate_reloads.inc()
+        self._load()
+        metrics.reloads.inc()
 
     @property
-    def context(self) -> ssl.SSLContext:
-        return self._context
+    def serving(self) -> tuple[Path, Path]:
+        """The certificate and key files the server is to read."""
+        if self.serving_dir is None:
+            return self.cert_file, self.key_file
+        return self.serving_dir / "tls.crt", self.serving_dir / "tls.key"
 
     def publish(self) -> None:
         """Set the certificate expiry gauge to the certificate in use."""
-        self.metrics.certificate_expiry.set(self._expiry)
+        self.metrics.expiry.set(self._expiry)
 
     def check(self) -> bool:
         seen = signature([self.cert_file, self.key_file])
@@ -144,38 +160,99 @@ class CertStore:
             return False
         self._seen = seen
         try:
-            self._context = self._load()
+            self._load()
         except CertificateError as exc:
             return self._failed(exc)
-        self.metrics.certificate_reloads.inc()
+        self.metrics.reloads.inc()
         log.info("certificate_reloaded", cert_file=str(self.cert_file))
         return True
 
     def _failed(self, exc: CertificateError) -> bool:
         # cert-manager may write the two files one after the other: the next change retries.
-        self.metrics.certificate_reload_failures.inc()
+        self.metrics.reload_failures.inc()
         log.error("certificate_reload_failed", error=str(exc), note="the previous one serves")
         return False
 
-    def _load(self) -> ssl.SSLContext:
-        context = server_context(self.cert_file, self.key_file)
-        self._expiry = not_after(self.cert_file.read_bytes()).timestamp()
+    def _load(self) -> None:
+        if self.serving_dir is None:
+            check_pair(self.cert_file, self.key_file)
+            cert = self.cert_file.read_bytes()
+        else:
+            cert = self._install(self.serving_dir)
+        self._expiry = not_after(cert).timestamp()
         self.publish()
-        return context
+
+    def _install(self, directory: Path) -> bytes:
+        """Copy the pair into ``directory`` once it checks, as read once; the certificate."""
+        try:
+            cert, key = self.cert_file.read_bytes(), self.key_file.read_bytes()
+        except OSError as exc:
+            raise CertificateError(
+                f"cannot use certificate {self.cert_file} with key {self.key_file}: {exc}"
+            ) from exc
+        staged_cert, staged_key = directory / "tls.crt.new", directory / "tls.key.new"
+        _write_private(staged_cert, cert)
+        _write_private(staged_key, key)
+        try:
+            check_pair(staged_cert, staged_key, named=(self.cert_file, self.key_file))
+        except CertificateError:
+            staged_cert.unlink()
+            staged_key.unlink()
+            raise
+        serving_cert, serving_key = self.serving
+        os.replace(staged_key, serving_key)
+        os.replace(staged_cert, serving_cert)
+        return cert
 
 
-def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
-    """A TLS 1.2+ server context for the certificate chain and key in the given files."""
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+# What rustls signs with: ECDSA on P-256 and P-384, RSA, Ed25519.
+_SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey)
+_CURVES = ("secp256r1", "secp384r1")
+
+
+def check_pair(cert_file: Path, key_file: Path, *, named: tuple[Path, Path] | None = None) -> None:
+    """Raise ``CertificateError`` unless the files hold a certificate chain and its
+    unencrypted private key, of a kind the server's TLS signs with (``named``: the files to
+    name in messages, when these are copies of them). An RSA key serves, but costs each
+    handshake about ten times an ECDSA one (P-256, as ``preemptguard certs`` issues): a
+    warning says so."""
+    shown_cert, shown_key = named or (cert_file, key_file)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.options |= ssl.OP_NO_RENEGOTIATION
     try:
         context.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as exc:
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    except (OSError, ssl.SSLError, ValueError, TypeError) as exc:
         raise CertificateError(
-            f"cannot use certificate {cert_file} with key {key_file}: {exc}"
+            f"cannot use certificate {shown_cert} with key {shown_key}: {_one_line(exc)} "
+            "(the key must be unencrypted PEM)"
         ) from exc
-    return context
+    supported = isinstance(key, _SIGNING_KEYS) and (
+        not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name in _CURVES
+    )
+    if not supported:
+        raise CertificateError(
+            f"cannot serve with key {shown_key}: a {describe_key(key)} key; use ECDSA P-256 "
+            "(preemptguard certs issues one), P-384, RSA or Ed25519"
+        )
+    if isinstance(key, rsa.RSAPrivateKey):
+        log.warning(
+            "rsa_serving_key",
+            key_file=str(shown_key),
+            note="each TLS handshake costs about ten times what it does with ECDSA P-256: "
+            "issue an ECDSA key (preemptguard certs, or cert-manager privateKey.algorithm ECDSA)",
+        )
+
+
+def describe_key(key: object) -> str:
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return f"ECDSA {key.curve.name}"
+    return type(key).__name__.removeprefix("_").replace("PrivateKey", "")
 
 
 def _one_line(exc: Exception) -> str:

@@ -1,26 +1,39 @@
-"""``preemptguard serve`` put together: policy, certificates, namespace cache, metrics, server."""
+"""``preemptguard serve`` put together.
+
+The main process checks the policy and the certificate before anything starts (a bad one
+fails the start), serves the metrics of every worker, and watches the certificate: a new
+valid pair respawns the workers, new before old, each new one loading it (rustls reads it
+once, at a worker's start). Each worker builds its own runtime (``Worker``): the policy,
+reloaded when its files change, the namespace and PriorityClass caches, the offload process,
+and the app.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from webhook import engine
 from webhook.admission.core import Evaluator
 from webhook.exposition import MetricsEndpoint, serve_registry
+from webhook.loading.policies import builtin_policy, load_policy
 from webhook.native import engine_build
 from webhook.server import logs
 from webhook.server.app import create_app
-from webhook.server.gunicorn import Hooks, ServerSettings, run
-from webhook.server.metrics import Metrics, aggregated, enable_multiprocess, forget_worker
+from webhook.server.metrics import MainMetrics, Metrics
 from webhook.server.namespaces import NamespaceCache
 from webhook.server.offload import Offload
 from webhook.server.priorityclasses import PriorityClassCache
 from webhook.server.reload import CertStore, PolicyStore, Reloader
+from webhook.server.reviewer import Lookups
+from webhook.server.serving import MainHooks, ServerSettings, run
+from webhook.server.transport import ASGIApp, Lifespan, LoopLag
 
 log = logs.get_logger("webhook.server.runtime")
 
@@ -36,29 +49,21 @@ class ServeOptions:
     reload_interval: float = 2.0
 
 
-class Runtime:
-    """Everything the server holds: built in the arbiter before gunicorn forks its workers;
-    each worker starts its own background parts (``start``), the arbiter serves the metrics of
-    all of them (``ready``)."""
+class Worker:
+    """What one worker process holds, built in it; its background parts start once it
+    serves (``start``) and stop as it stops (``stop``)."""
 
     def __init__(self, options: ServeOptions, evaluate: Evaluator = engine.evaluate) -> None:
-        """Load the policy and certificates; raises ``PolicyError`` or ``CertificateError``."""
         self.options = options
-        # gunicorn's workers are forks of this process, and return through serve() too.
-        self.arbiter_pid = os.getpid()
-        self.metrics_dir = Path(tempfile.mkdtemp(prefix="preemptguard-metrics-", dir=_SHM))
-        enable_multiprocess(self.metrics_dir)
         self.metrics = Metrics()
         self.policies = PolicyStore(options.policies, self.metrics)
-        self.certs = CertStore(options.cert_file, options.key_file, self.metrics)
         self.namespaces = NamespaceCache.from_environment(self.metrics)
         self.priority_classes = PriorityClassCache.from_environment(self.metrics)
         self.reloader = Reloader(
-            [self.policies, self.certs, MemorySample(self.metrics)], options.reload_interval
+            [self.policies, MemorySample(self.metrics)], options.reload_interval
         )
-        self.stopping = threading.Event()
-        self.metrics_server: MetricsEndpoint | None = None
         self.offload = Offload()
+        self.threads = ThreadPoolExecutor(options.server.threads, thread_name_prefix="review")
         self.app = create_app(
             self.policies.current,
             self.namespaces.lookup,
@@ -67,11 +72,14 @@ class Runtime:
             metrics=self.metrics,
             readiness=self.readiness,
             offloaded=self.offload,
+            threads=self.threads,
+            cached=Lookups(self.namespaces.cached_lookup, self.priority_classes.cached_lookup),
+            inline_bytes=options.server.inline_review_bytes,
+            lifespan=Lifespan(started=self.start, stopping=self.stop),
+            lag=LoopLag(self.metrics.loop_lag.set),
         )
 
     def readiness(self) -> str | None:
-        if self.stopping.is_set():
-            return "shutting down"
         return self.namespaces.not_ready() or self._priority_classes_not_ready()
 
     def _priority_classes_not_ready(self) -> str | None:
@@ -82,34 +90,8 @@ class Runtime:
             return None
         return self.priority_classes.not_ready()
 
-    def hooks(self) -> Hooks:
-        return Hooks(
-            started=self.start,
-            stopping=self.stopping.set,
-            exited=self.close,
-            ready=self.ready,
-            worker_gone=lambda pid: forget_worker(pid, self.metrics_dir),
-        )
-
-    def ready(self) -> None:
-        """In the arbiter, once the workers run: serve the metrics of all of them."""
-        # What the arbiter set while loading (gauges of its own) is not a worker's.
-        forget_worker(os.getpid(), self.metrics_dir)
-        port = self.options.metrics_port
-        if port:
-            host = self.options.metrics_host or self.options.server.host
-            self.metrics_server = serve_registry(aggregated(self.metrics_dir), host, port)
-
     def start(self) -> None:
-        """Start the background parts (in the worker process: threads do not survive a fork)."""
-        port = self.options.metrics_port
-        # The worker is forked from the server process, which holds the policy and certificate
-        # loaded at start-up: a worker restarted after a crash would serve those until its
-        # first poll, undoing every reload since. Read what is on disk now.
-        self.reloader.check_all()
-        # A forked worker's gauges start from zero: say again what is in use.
         self.policies.publish()
-        self.certs.publish()
         self.reloader.start()
         self.namespaces.start()
         self.priority_classes.start()
@@ -118,7 +100,7 @@ class Runtime:
         log.info(
             "serving",
             port=self.options.server.port,
-            metrics_port=port or None,
+            metrics_port=self.options.metrics_port or None,
             policy=policy.name,
             mode=policy.mode.value,
             policies=str(self.options.policies) if self.options.policies else "built-in",
@@ -126,20 +108,71 @@ class Runtime:
             engine=engine_build(),
         )
 
-    def close(self) -> None:
-        """In a worker, as it exits."""
+    def stop(self) -> None:
+        self.threads.shutdown(wait=False, cancel_futures=True)
         self.offload.stop()
         self.reloader.stop()
         self.namespaces.stop()
         self.priority_classes.stop()
 
-    def shut(self) -> None:
-        """In the arbiter, once every worker has stopped (a no-op in a worker)."""
-        if os.getpid() != self.arbiter_pid:
-            return
+
+def worker_app(options: ServeOptions, evaluate: Evaluator = engine.evaluate) -> ASGIApp:
+    """The app of one worker process, its runtime built in it."""
+    logs.configure(options.server.log_level)
+    return Worker(options, evaluate).app
+
+
+class Main:
+    """What the main process holds: the metrics endpoint and the certificate watch."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        """Load the policy and certificate once; raises ``PolicyError`` or
+        ``CertificateError``, so that a bad start fails before any worker does."""
+        self.options = options
+        self.metrics_dir = Path(tempfile.mkdtemp(prefix="preemptguard-metrics-", dir=_SHM))
+        self.metrics = MainMetrics(self.metrics_dir)
+        # The checked copy of the certificate and key that the workers serve (mode 0700).
+        self.tls_dir = Path(tempfile.mkdtemp(prefix="preemptguard-tls-", dir=_SHM))
+        # The policy is loaded here only to refuse a bad one before any worker starts; the
+        # workers load and publish their own.
+        load_policy(options.policies) if options.policies else builtin_policy()
+        self.certs = CertStore(
+            options.cert_file, options.key_file, self.metrics.certificates, self.tls_dir
+        )
+        self.watch = Reloader([_Respawning(self.certs)], options.reload_interval)
+        self.metrics_server: MetricsEndpoint | None = None
+
+    def hooks(self) -> MainHooks:
+        return MainHooks(ready=self.ready, stopped=self.stopped)
+
+    def ready(self) -> None:
+        port = self.options.metrics_port
+        if port:
+            host = self.options.metrics_host or self.options.server.host
+            self.metrics_server = serve_registry(self.metrics.registry, host, port)
+        self.watch.start()
+
+    def stopped(self) -> None:
+        self.watch.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
+            self.metrics_server = None
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        shutil.rmtree(self.tls_dir, ignore_errors=True)
+
+
+class _Respawning:
+    """The certificate store, respawning the workers when a new pair is in use."""
+
+    def __init__(self, certs: CertStore) -> None:
+        self.certs = certs
+
+    def check(self) -> bool:
+        if not self.certs.check():
+            return False
+        # granian's reload: new workers first, then the old ones stopped gracefully.
+        os.kill(os.getpid(), signal.SIGHUP)
+        return True
 
 
 class MemorySample:
@@ -158,10 +191,16 @@ _SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK
 
 
 def serve(options: ServeOptions, evaluate: Evaluator = engine.evaluate) -> None:
-    """Run the admission server until SIGTERM; raises on a policy or certificate it cannot use."""
+    """Run the admission server until SIGTERM; raises on a policy or certificate it cannot use,
+    or a port in use."""
     logs.configure(options.server.log_level)
-    runtime = Runtime(options, evaluate)
+    main = Main(options)
     try:
-        run(runtime.app, runtime.certs, options.server, runtime.hooks())
+        run(
+            partial(worker_app, options, evaluate),
+            *main.certs.serving,
+            options.server,
+            main.hooks(),
+        )
     finally:
-        runtime.shut()
+        main.stopped()

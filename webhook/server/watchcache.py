@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Self, TypeVar
 
+from webhook.engine.findings import shorten
+from webhook.errors import NotCached
 from webhook.server.logs import get_logger
 from webhook.server.metrics import CacheMetrics, Metrics
 
@@ -107,6 +109,13 @@ class WatchCache(Generic[T]):
 
     def snapshot(self) -> dict[str, T]:
         return dict(self._known)
+
+    def cached_lookup(self, name: str) -> T:
+        """What ``lookup`` answers when the cache holds ``name``; raises ``NotCached`` when it
+        would have to read the API server."""
+        if name in self._known:
+            return self._known[name]
+        raise NotCached(f"{self.resource.kind} {shorten(name, 100)} is not cached")
 
     def lookup(self, name: str) -> T:
         """The object's cached view; read directly when the cache does not hold it (while a
