@@ -218,7 +218,7 @@ def test_explain_names_the_source_and_the_reason_for_each_change() -> None:
 def test_policy_test_command_runs_the_shipped_cases() -> None:
     proc = run("test", "policies")
     assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.rstrip().splitlines()[-1] == "60 passed, 0 failed"
+    assert proc.stdout.rstrip().splitlines()[-1] == "62 passed, 0 failed"
 
 
 def test_policy_test_command_fails_on_a_wrong_case(tmp_path: Path) -> None:

@@ -68,7 +68,7 @@ def test_two_policies_each_with_its_binding(objects: dict[str, dict[str, Any]]) 
         assert obj["apiVersion"] == "admissionregistration.k8s.io/v1"
 
 
-def test_validation_covers_pod_creates_and_workload_templates(
+def test_validation_covers_pods_and_workload_templates(
     objects: dict[str, dict[str, Any]],
 ) -> None:
     rules = objects["ValidatingAdmissionPolicy"]["spec"]["matchConstraints"]["resourceRules"]
@@ -79,7 +79,7 @@ def test_validation_covers_pod_creates_and_workload_templates(
         for resource in rule["resources"]
     }
     assert found == {
-        ("", "pods"): ("CREATE",),
+        ("", "pods"): ("CREATE", "UPDATE"),
         ("apps", "deployments"): ("CREATE", "UPDATE"),
         ("apps", "statefulsets"): ("CREATE", "UPDATE"),
         ("apps", "replicasets"): ("CREATE", "UPDATE"),
@@ -215,6 +215,10 @@ def test_every_engine_message_is_written_into_the_refusals(
         "spec.terminationGracePeriodSeconds must be a non-negative whole number of seconds",
         "terms, more than the 1,000 preemptguard checks",
         "more than the 100 preemptguard checks",
+        "a class that must run on standard nodes, but the pod was created ",
+        "a pod's placement cannot change after it is created: leave its labels",
+        "priorityClassName 'preemptguard' is reserved for pods in preemptguard-system",
+        " runs below pods that name no priority class (its priority class is ",
     ):
         assert fragment in text, fragment
 

@@ -85,6 +85,7 @@ def assault(
     seed: int,
     probe_rate: float = 20.0,
     server_pids: Sequence[int] = (),
+    after: float = AFTER,
 ) -> Report:
     """Run ``attack`` for ``seconds`` while probing; the report of the probe's reviews."""
     probe = Probe(target, ca, review, probe_rate)
@@ -104,7 +105,7 @@ def assault(
     if attacker.is_alive():
         attacker.kill()
     counts: Counts = results.get(timeout=5) if attacker.exitcode == 0 else {"crashed": 1}
-    time.sleep(AFTER)
+    time.sleep(after)
     answers = probe.stop()
     during = [a for a in answers if began + SETTLE <= a.sent < ended]
     return Report(

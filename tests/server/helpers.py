@@ -158,7 +158,9 @@ class ServerProcess:
         metrics_port: int,
         env: dict[str, str] | None = None,
         harness_options: dict[str, Any] | None = None,
+        cpus: set[int] | None = None,
     ) -> None:
+        """``cpus``: the CPUs the server and its workers may use (all: None)."""
         self.ca, self.log_path, self.port, self.metrics_port = ca, log, port, metrics_port
         if harness_options is None:
             command = [*SERVE, *args]
@@ -168,7 +170,12 @@ class ServerProcess:
         environment.update(env or {})
         self._log = log.open("wb")
         self.proc = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=environment, cwd=REPO
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            cwd=REPO,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
         self.wait_ready()
 

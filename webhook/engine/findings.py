@@ -34,6 +34,7 @@ class Code(enum.StrEnum):
     UNPLACED = "unplaced"
     UNKNOWN_PRIORITY_CLASS = "unknown-priority-class"
     CLASS_CHANGED = "class-changed"
+    RESERVED_PRIORITY_CLASS = "reserved-priority-class"
     # Warnings
     WOULD_BE_REFUSED = "would-be-refused"
     SOURCES_DISAGREE = "sources-disagree"

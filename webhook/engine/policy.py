@@ -266,6 +266,8 @@ class Policy:
     classes: Mapping[str, WorkloadClass] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
     excluded_namespaces: tuple[str, ...] = ("kube-system", "kube-node-lease")
+    # PriorityClass name -> the namespaces whose pods may name it.
+    reserved_priority_classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     default_class: str | None = None
     trusted: TrustedRequesters = field(default_factory=TrustedRequesters)
     # By (group, kind); the built-in kinds (webhook.engine.workloads.BUILTIN_KINDS) when a

@@ -20,7 +20,7 @@ the shipped classes offline): the engine reads nothing itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, Final, NamedTuple, final
 
@@ -46,6 +46,24 @@ class PriorityClassInfo(NamedTuple):
 # A PriorityClass by name; None when it does not exist. Raises
 # webhook.errors.PriorityClassUnknown when it cannot be known now.
 PriorityLookup = Callable[[str], PriorityClassInfo | None]
+
+
+def reserved_class(
+    spec: object, namespace: str | None, reserved: Mapping[str, tuple[str, ...]], location: str
+) -> Finding | None:
+    """The refusal of a pod (template) ``spec`` outside its namespaces that names a reserved
+    PriorityClass (the webhook's own, say), classified or not: it would run above the
+    workloads the class keeps it ahead of, and could preempt them."""
+    named = spec.get("priorityClassName") if isinstance(spec, dict) else None
+    if not isinstance(named, str) or named not in reserved or namespace in reserved[named]:
+        return None
+    allowed = ", ".join(reserved[named]) or "no namespace"
+    message = (
+        f"priorityClassName {shorten(named)!r} is reserved for pods in {allowed}: it runs them "
+        "ahead of every workload, preempting others; remove it, or name a class of your own"
+    )
+    path = f"{location}.spec.priorityClassName" if location else "spec.priorityClassName"
+    return finding(Code.RESERVED_PRIORITY_CLASS, message, path)
 
 
 @final

@@ -19,7 +19,13 @@ from webhook.engine.origins import NONE, Origins
 from webhook.engine.placement import PREFERRED, REQUIRED, check, place
 from webhook.engine.podshape import shape_problem
 from webhook.engine.policy import Policy, WorkloadClass
-from webhook.engine.scheduling import PriorityLookup, SchedulingPlan, plan_scheduling, schedule
+from webhook.engine.scheduling import (
+    PriorityLookup,
+    SchedulingPlan,
+    plan_scheduling,
+    reserved_class,
+    schedule,
+)
 from webhook.engine.workloads import mapping_at, value_at
 
 PLACEMENT_ANNOTATION = "together.ai/placement"
@@ -108,15 +114,18 @@ def judge_template(
     verdict = classify(facts, policy)
     notes += verdict.notes
     name = verdict.classification.name
+    found = reserved_class(
+        template.get("spec"), facts.namespace, policy.reserved_priority_classes, location
+    )
+    reserved = (found,) if found is not None else ()
     if name is None or verdict.refusals:
-        return Judged(
-            classification=verdict.classification, refusals=verdict.refusals, notes=tuple(notes)
-        )
+        refusals = (*verdict.refusals, *reserved)
+        return Judged(classification=verdict.classification, refusals=refusals, notes=tuple(notes))
     wclass = policy.classes[name]
     budget = grace_budget(facts.annotations, policy)
     checked = check(_spec(template), wclass, policy, budget)
     scheduling, missing = plan_scheduling(wclass, priority_classes)
-    refusals = (*checked.refusals, *((missing,) if missing is not None else ()))
+    refusals = (*checked.refusals, *((missing,) if missing is not None else ()), *reserved)
     if refusals or scheduling is None:
         return Judged(classification=verdict.classification, refusals=refusals, notes=tuple(notes))
     plan = Plan(

@@ -47,9 +47,12 @@ NOT_EXPRESSED = (
     "required terms (the webhook checks up to 100 distinct values and 1,000 terms).",
     "Large reviews are bounded by the API server's CEL cost limits, not by the webhook's "
     "gate; the webhook's busy refusals have no counterpart.",
-    "Pod updates are not checked: the webhook refuses one that gives a pod a class that must "
-    "run on standard nodes while its node constraints still admit preemptible nodes "
-    "(class-changed).",
+    "A pod update that gives the pod a class that must run on standard nodes while its node "
+    "constraints still admit preemptible nodes is refused as the webhook refuses it "
+    "(class-changed), but its message names the classes without the source of each.",
+    "A pod of a batch class (placed on preemptible nodes, with a priority class of its own) "
+    "above the priority of a pod that names no class is refused: the webhook, when it answers, "
+    "moves it to its class's priority class instead; CEL cannot read PriorityClasses.",
 )
 
 
@@ -141,7 +144,7 @@ def _validating_policy(rules: Rules, name: str) -> dict[str, Any]:
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "resources": ["pods"],
-            "operations": ["CREATE"],
+            "operations": ["CREATE", "UPDATE"],
             "scope": "Namespaced",
         },
         *(
@@ -176,7 +179,7 @@ def _validating_policy(rules: Rules, name: str) -> dict[str, Any]:
                 {"name": "not-a-trusted-daemonset-or-mirror-pod", "expression": rules.not_exempt()},
                 {"name": "template-changed-on-update", "expression": rules.template_changed()},
             ],
-            "variables": _variables(rules.variables(pods_only=False)),
+            "variables": _variables(rules.validating_variables()),
             "validations": [
                 {
                     "expression": f"size({V}refusals) == 0",

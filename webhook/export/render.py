@@ -34,7 +34,13 @@ def render_yaml(exported: Export, *, source: str) -> str:
         "# stays the enforcement:",
     ]
     for note in exported.notes:
-        wrapped = textwrap.wrap(note, width=96, initial_indent="# - ", subsequent_indent="#   ")
+        wrapped = textwrap.wrap(
+            note,
+            width=96,
+            initial_indent="# - ",
+            subsequent_indent="#   ",
+            break_on_hyphens=False,
+        )
         lines += wrapped
     docs = [
         yaml.dump(obj, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)

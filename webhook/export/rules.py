@@ -25,6 +25,7 @@ from webhook.engine.policy import (
     Rule,
     WorkloadKind,
 )
+from webhook.engine.scheduling import NO_CLASS_PRIORITY
 from webhook.engine.trust import DAEMONSET_API_VERSION
 from webhook.engine.workloads import BUILTIN_KINDS, MIRROR_ANNOTATION
 from webhook.export.cel import (
@@ -44,6 +45,16 @@ from webhook.export.cel import (
 )
 
 V = "variables."
+
+# What the refusals of a pod's class change and of a batch pod's priority say to do.
+CLASS_CHANGED_ADVICE = (
+    "a pod's placement cannot change after it is created: leave its labels, annotations and "
+    "owner as they were, or delete the pod and create it again as "
+)
+PRIORITY_CEILING_ADVICE = (
+    ": remove priorityClassName, or name the class's own (the webhook, when it answers, "
+    "moves the pod there itself)"
+)
 
 # Kubernetes' own workload kinds the admission policies can check at apply time, with the
 # API group and resource they match them by (DaemonSets are left alone).
@@ -100,9 +111,24 @@ def template_of(obj: str, kinds: Mapping[str, WorkloadKind]) -> str:
 
 @dataclass(frozen=True)
 class Rules:
-    """CEL for one policy."""
+    """CEL for one policy. ``subject`` is the object judged (``oldObject``: the pod before an
+    update), and ``prefix`` names its classification variables apart (``oldWorkloadClass``)."""
 
     policy: Policy
+    subject: str = "object"
+    prefix: str = ""
+
+    def name(self, variable: str) -> str:
+        """The variable's name for this subject."""
+        return self.prefix + variable[:1].upper() + variable[1:] if self.prefix else variable
+
+    def v(self, variable: str) -> str:
+        """A reference to the variable ``variable`` of this subject."""
+        return V + self.name(variable)
+
+    def before_update(self) -> Rules:
+        """The same rules for the pod before an update."""
+        return Rules(self.policy, subject="oldObject", prefix="old")
 
     # --- names -----------------------------------------------------------------------------
 
@@ -157,13 +183,20 @@ class Rules:
         return f"object.kind != 'Pod' || !({mirror} || {daemonset})"
 
     def template_changed(self) -> str:
-        """evaluation._workload_update_skip: an UPDATE is judged only when the pod template
-        changed and the object is not being deleted."""
+        """evaluation._workload_update_skip and podupdate.update_skip: an UPDATE of a workload
+        is judged only when its pod template changed and it is not being deleted; one of a
+        pod only when what classifies it changed (being deleted or not)."""
         kinds = template_kinds(self.policy)
-        return (
-            "request.operation != 'UPDATE' || (!has(object.metadata.deletionTimestamp) && "
+        workload = (
+            "(!has(object.metadata.deletionTimestamp) && "
             f"{template_of('object', kinds)} != {template_of('oldObject', kinds)})"
         )
+        pod = " || ".join(
+            f"object.metadata.?{field}.orValue({empty}) != "
+            f"oldObject.metadata.?{field}.orValue({empty})"
+            for field, empty in (("annotations", "{}"), ("labels", "{}"), ("ownerReferences", "[]"))
+        )
+        return f"request.operation != 'UPDATE' || (object.kind == 'Pod' ? {pod} : {workload})"
 
     # --- variables ---------------------------------------------------------------------------
 
@@ -171,16 +204,97 @@ class Rules:
         out: list[tuple[str, str]] = []
         kinds = template_kinds(self.policy)
         out.append(("template", "object" if pods_only else template_of("object", kinds)))
-        out += self._classification(pods_only=pods_only)
+        out += self.classification(pods_only=pods_only)
         out += self._constraints()
         out += self._refusals()
         return out
 
-    def _classification(self, *, pods_only: bool) -> list[tuple[str, str]]:
+    def validating_variables(self) -> list[tuple[str, str]]:
+        """The validating policy's variables: those of ``variables``, the class a pod had
+        before an update, and the refusals of what it checks besides placement (a pod update
+        that changes its class, a reserved or escalated priority)."""
+        *out, (_, placement) = self.variables(pods_only=False)
+        old = self.before_update()
+        out += [(old.name("template"), "oldObject"), *old.classification(pods_only=True)]
+        out += [
+            ("podUpdate", "request.operation == 'UPDATE' && object.kind == 'Pod'"),
+            ("classChanged", self._class_changed(old)),
+            ("reservedClass", self._reserved_class()),
+            ("priorityCeiling", self._priority_ceiling()),
+            (
+                "refusals",
+                f"{V}podUpdate ? {V}classChanged :\n({placement}) +\n"
+                f"{V}reservedClass + {V}priorityCeiling",
+            ),
+        ]
+        return out
+
+    def _class_changed(self, old: Rules) -> str:
+        """podupdate.judge_update: an update that makes a pod of a standard class it did not
+        have, while its node constraints admit preemptible nodes."""
+        cls, before = f"{V}workloadClass", old.v("workloadClass")
+        label = f"{self.key}={self.preemptible}"
+        message = (
+            f"'this update makes the pod ' + {cls} + ', a class that must run on standard "
+            f"nodes, but the pod was created ' + ({before} == '' ? 'unclassified' : {before}) + "
+            f"{lit(f' and its node constraints still admit {label} nodes; ')} + "
+            f"{lit(CLASS_CHANGED_ADVICE)} + {cls} + ' so that it is placed as such'"
+        )
+        return (
+            f"{self.is_class(cls, Placement.STANDARD)} && {before} != {cls} ?\n"
+            f"  (size({V}tooLarge) > 0 ? {V}tooLarge : {V}admitsPreemptible ? [{message}] : []) "
+            ": []"
+        )
+
+    def _reserved_class(self) -> str:
+        """scheduling.reserved_class: a pod or template outside its namespaces naming a
+        reserved PriorityClass, classified or not."""
+        named = f"{V}template.spec.?priorityClassName.orValue('')"
+        found = []
+        for name, namespaces in self.policy.reserved_priority_classes.items():
+            allowed = ", ".join(namespaces) or "no namespace"
+            message = (
+                f"priorityClassName {name!r} is reserved for pods in {allowed}: it runs them "
+                "ahead of every workload, preempting others; remove it, or name a class of "
+                "your own"
+            )
+            test = f"{named} == {lit(name)} && !(request.namespace in {lits(namespaces)})"
+            found.append(when(test, f"[{lit(message)}]"))
+        return concat(found)
+
+    def _priority_ceiling(self) -> str:
+        """A pod of a batch class (placed on preemptible nodes, with a priority class of its
+        own) above the priority of a pod that names no class. The webhook moves such a pod to
+        its class's priority class; CEL cannot read PriorityClasses, so this policy refuses
+        it, when the webhook did not (it was down)."""
+        cls = f"{V}workloadClass"
+        batch = sorted(
+            c.name
+            for c in self.policy.classes.values()
+            if c.placement is not Placement.STANDARD and c.priority_class_name is not None
+        )
+        if not batch:
+            return "[]"
+        priority = "object.spec.?priority.orValue(0)"
+        classes = {c: self.policy.classes[c].priority_class_name for c in batch}
+        table = "{" + ", ".join(f"{lit(k)}: {lit(v or '')}" for k, v in classes.items()) + "}"
+        message = (
+            f"'class ' + {cls} + ' runs below pods that name no priority class (its priority "
+            f"class is ' + {table}[{cls}] + '), but this pod asks for priority ' + "
+            f"string({priority}) + {lit(PRIORITY_CEILING_ADVICE)}"
+        )
+        return (
+            f"object.kind == 'Pod' && {cls} in {lits(batch)} && {priority} > "
+            f"{NO_CLASS_PRIORITY} ? [{message}] : []"
+        )
+
+    def classification(self, *, pods_only: bool) -> list[tuple[str, str]]:
+        """The variables that classify the subject, ending with its ``workloadClass``."""
         policy = self.policy
         names = lits(sorted(policy.classes))
         controller = (
-            "object.metadata.?ownerReferences.orValue([]).filter(r, r.?controller.orValue(false))"
+            f"{self.subject}.metadata.?ownerReferences.orValue([])"
+            ".filter(r, r.?controller.orValue(false))"
         )
         pod_owner = f"(size({controller}) > 0 ? {controller}[0].kind : '')"
         if pods_only:
@@ -188,9 +302,10 @@ class Rules:
         else:
             owners = {k: e.pod_owner_kind or "" for k, e in template_kinds(policy).items()}
             table = "{" + ", ".join(f"{lit(k)}: {lit(v)}" for k, v in owners.items()) + "}"
-            owner = f"(object.kind == 'Pod' ? {pod_owner} : {table}[?object.kind].orValue(''))"
-        annotated = f"{V}annotated"
-        ns_default = f"{V}namespaceDefault"
+            kind = f"{self.subject}.kind"
+            owner = f"({kind} == 'Pod' ? {pod_owner} : {table}[?{kind}].orValue(''))"
+        annotated = self.v("annotated")
+        ns_default = self.v("namespaceDefault")
         known_annotation = f"{annotated}.hasValue() && {annotated}.value() in {names}"
         known_default = f"{ns_default}.hasValue() && {ns_default}.value() in {names}"
         valid = "use one of " + policy.class_names()
@@ -203,7 +318,7 @@ class Rules:
             f"' in the annotation {NAMESPACE_DEFAULT_ANNOTATION} of namespace ' + "
             f"{shorten('request.namespace')} + {lit(': ' + valid)}"
         )
-        candidates = concat(
+        candidate_list = concat(
             [
                 when(known_annotation, f"[{annotated}.value()]"),
                 *(
@@ -216,20 +331,21 @@ class Rules:
             ]
         )
         default = lit(policy.default_class or "")
-        chosen = f"{V}candidates[0]"
+        candidates = self.v("candidates")
+        chosen = f"{candidates}[0]"
         for placement in (Placement.PREFER_PREEMPTIBLE, Placement.STANDARD):
             names_of = self.classes(placement)
             if names_of:
                 group = lits(names_of)
                 chosen = (
-                    f"{V}candidates.exists(c, c in {group}) ? "
-                    f"{V}candidates.filter(c, c in {group})[0] :\n  {chosen}"
+                    f"{candidates}.exists(c, c in {group}) ? "
+                    f"{candidates}.filter(c, c in {group})[0] :\n  {chosen}"
                 )
-        return [
-            ("annotations", f"{V}template.?metadata.?annotations.orValue({{}})"),
-            ("labels", f"{V}template.?metadata.?labels.orValue({{}})"),
+        found = [
+            ("annotations", f"{self.v('template')}.?metadata.?annotations.orValue({{}})"),
+            ("labels", f"{self.v('template')}.?metadata.?labels.orValue({{}})"),
             ("ownerKind", owner),
-            ("annotated", f"{V}annotations[?{lit(WORKLOAD_ANNOTATION)}]"),
+            ("annotated", f"{self.v('annotations')}[?{lit(WORKLOAD_ANNOTATION)}]"),
             (
                 "namespaceDefault",
                 "namespaceObject.?metadata.?annotations.orValue({})"
@@ -249,10 +365,11 @@ class Rules:
                     ]
                 ),
             ),
-            ("candidates", candidates),
+            ("candidates", candidate_list),
             # classify: the stricter placement wins, the first source among equals.
-            ("workloadClass", f"size({V}candidates) == 0 ? {default} :\n  {chosen}"),
+            ("workloadClass", f"size({candidates}) == 0 ? {default} :\n  {chosen}"),
         ]
+        return [(self.name(name), expression) for name, expression in found]
 
     def _from_templates(self, templates: Iterable[PodTemplate], *, pods_only: bool) -> str:
         """origins.of_pod: a pod its labels say comes from one of ``templates``. The
@@ -266,7 +383,8 @@ class Rules:
             for t in templates
         )
         found = any_of(selectors)
-        return found if pods_only or found == "false" else f"(object.kind == 'Pod' && {found})"
+        pod = f"({self.subject}.kind == 'Pod' && {found})"
+        return found if pods_only or found == "false" else pod
 
     def _template_defaults(self, annotated: str, *, pods_only: bool) -> list[str]:
         """classify._candidates: each template default of a pod without a class annotation,
@@ -302,17 +420,15 @@ class Rules:
         parts += [self._label_is(k, v) for k, v in match.match_labels.items()]
         parts += [self._requirement(req) for req in match.match_expressions]
         if match.owner_kinds:
-            parts.append(f"{V}ownerKind in {lits(match.owner_kinds)}")
+            parts.append(f"{self.v('ownerKind')} in {lits(match.owner_kinds)}")
         return "false" if "false" in parts else all_of(parts)
 
-    @staticmethod
-    def _label_is(key: str, value: str) -> str:
-        labels = f"{V}labels"
+    def _label_is(self, key: str, value: str) -> str:
+        labels = self.v("labels")
         return f"({lit(key)} in {labels} && {labels}[{lit(key)}] == {lit(value)})"
 
-    @staticmethod
-    def _requirement(req: LabelRequirement) -> str:
-        labels = f"{V}labels"
+    def _requirement(self, req: LabelRequirement) -> str:
+        labels = self.v("labels")
         present = f"{lit(req.key)} in {labels}"
         if req.operator == "Exists":
             return present

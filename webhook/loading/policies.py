@@ -136,6 +136,7 @@ def _build(doc: Located, source: str, *, check_schema: bool = True) -> Policy:
         excluded_namespaces=tuple(
             spec.get("excludedNamespaces", ("kube-system", "kube-node-lease"))
         ),
+        reserved_priority_classes=_reserved(doc, source),
         default_class=default,
         trusted=_trusted(spec.get("trustedRequesters", {})),
         workload_kinds=_workload_kinds(doc, source, classes),
@@ -238,6 +239,18 @@ def _pods(
         return PodSelector(dict(raw.get("matchLabels", {})), _requirements(raw))
     except ValueError as exc:
         raise PolicyError(source, doc.line_of(at), _dotted(at), str(exc)) from None
+
+
+def _reserved(doc: Located, source: str) -> dict[str, tuple[str, ...]]:
+    """``spec.reservedPriorityClasses``: each class once."""
+    found: dict[str, tuple[str, ...]] = {}
+    for i, raw in enumerate(doc.value["spec"].get("reservedPriorityClasses", [])):
+        if raw["name"] in found:
+            at = ("spec", "reservedPriorityClasses", i, "name")
+            message = f"{raw['name']}: listed twice; give all its namespaces in one entry"
+            raise PolicyError(source, doc.line_of(at), _dotted(at), message)
+        found[raw["name"]] = tuple(raw["namespaces"])
+    return found
 
 
 def _trusted(raw: Mapping[str, Any]) -> TrustedRequesters:
