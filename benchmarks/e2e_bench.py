@@ -40,7 +40,7 @@ from benchmarks import server_bench
 from harness import cluster
 from harness.binaries import MAIN, RELEASES, release
 from harness.controlplane import running_control_plane
-from harness.kube import Kube
+from harness.kube import Kube, KubeError
 from harness.manifests import prepare_tree, server_minor
 from harness.processes import wait_until
 from harness.webhook import (
@@ -56,6 +56,7 @@ from webhook.admission import hooks, priorities, review
 from webhook.admission.hooks import Hook
 from webhook.admission.namespaces import no_namespaces
 from webhook.engine.evaluation import evaluate
+from webhook.export import export
 from webhook.loading.policies import builtin_policy
 from webhook.server import certs
 from webhook.server.serving import available_cpus
@@ -151,6 +152,10 @@ PLAIN = "webhook, unclassified pod"
 PATCHED = "webhook, interruptible pod (patched)"
 SAME_PATCH = "same-patch webhook, interruptible pod"
 COMPARED = ((PLAIN, DO_NOTHING), (PATCHED, DO_NOTHING), (PATCHED, SAME_PATCH))
+VALIDATING = "validating admission policy, interruptible pod"
+BOTH_POLICIES = "validating + mutating admission policies, interruptible pod (placed)"
+WEBHOOK_AND_POLICY = "webhook + validating admission policy, interruptible pod (patched)"
+POLICY_PHASES = (VALIDATING, BOTH_POLICIES, WEBHOOK_AND_POLICY)
 # What the stored pods of the PATCHED and SAME_PATCH phases must share.
 PLACED_FIELDS = (
     ("metadata", "annotations"),
@@ -197,6 +202,12 @@ def main() -> int:
         "webhook and preemptguard (default 3)",
     )
     parser.add_argument("--warmup", type=int, default=30, help="untimed creates before each phase")
+    parser.add_argument(
+        "--admission-policies",
+        action="store_true",
+        help="also time the exported admission policies (1.36+): the validating one alone, "
+        "with the mutating one, and the validating one beside the webhook",
+    )
     parser.add_argument(
         "--release",
         choices=sorted(RELEASES),
@@ -292,6 +303,8 @@ def main() -> int:
                 # The configurations keep their names whichever server they point at.
                 unregister(kube, configs)
                 _wait_inactive(kube, namespace, allow, tls)
+            if args.admission_policies:
+                _policy_phases(kube, namespace, server, base, args.n, phase)
             phase("no webhook (again)", "off2", None, args.n)
             same_placement = _placed(kube, namespace, "same-r0-0") == _placed(
                 kube, namespace, "on-int-r0-0"
@@ -311,14 +324,16 @@ def main() -> int:
     )
     stats = {label: _summary(values) for label, values in samples.items()}
     for label, (mean, p50, p99) in stats.items():
-        served = label not in (DO_NOTHING, SAME_PATCH)
+        served = label not in (DO_NOTHING, SAME_PATCH, VALIDATING, BOTH_POLICIES)
         inside = f"{statistics.fmean(in_server[label]):.2f}" if served else "-"
         reviews = statistics.fmean(per_create[label])
         print(f"{label:40s} {mean:8.2f} {p50:8.2f} {p99:8.2f} {inside:>10s}   {reviews:8.2f}")
     off = [s for label, s in stats.items() if label.startswith("no webhook")]
     off_mean = statistics.fmean(s[0] for s in off)
     off_p50 = statistics.fmean(s[1] for s in off)
-    for label in (DO_NOTHING, SAME_PATCH, PLAIN, PATCHED):
+    for label in (DO_NOTHING, SAME_PATCH, PLAIN, PATCHED, *POLICY_PHASES):
+        if label not in stats:
+            continue
         mean, p50, _ = stats[label]
         added_mean, added_p50 = mean - off_mean, p50 - off_p50
         print(f"added by {label}: {added_mean:+.2f} ms mean, {added_p50:+.2f} ms p50")
@@ -337,6 +352,73 @@ def main() -> int:
             f"{', '.join(f'{d:+.2f}' for d in rounds)}); goal <= 1 ms: {verdict}"
         )
     return 0
+
+
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+PLURALS = {
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+}
+
+
+def _policy_phases(
+    kube: Kube,
+    namespace: str,
+    server: WebhookServer,
+    base: list[dict[str, Any]],
+    count: int,
+    phase: Callable[..., None],
+) -> None:
+    """The exported admission policies: the validating one alone, with the mutating one, and
+    the validating one beside the webhook (the default install on 1.30 and later)."""
+    objects = export(builtin_policy()).objects
+    validating = [o for o in objects if o["kind"].startswith("Validating")]
+    mutating = [o for o in objects if o["kind"].startswith("Mutating")]
+
+    def enforced(placed: bool) -> Callable[[], bool]:
+        def check() -> bool:
+            pods = f"/api/v1/namespaces/{namespace}/pods"
+            serving = cluster.pod(
+                "probe", workload="serving", nodeSelector={cluster.CLASS_LABEL: cluster.PREEMPTIBLE}
+            )
+            try:
+                kube.create(pods, serving, dry_run=True)
+            except KubeError:
+                pass
+            else:
+                return False
+            body = kube.create(pods, cluster.pod("probe", workload="interruptible"), dry_run=True)
+            return (cluster.PLACEMENT in body.body["metadata"].get("annotations", {})) == placed
+
+        return check
+
+    for obj in validating:
+        kube.apply(_policy_path(obj), obj)
+    wait_until(enforced(placed=False), timeout=30, what="the validating policy in force")
+    phase(VALIDATING, "vap", "interruptible", count)
+    for obj in mutating:
+        kube.apply(_policy_path(obj), obj)
+    wait_until(enforced(placed=True), timeout=30, what="the mutating policy in force")
+    phase(BOTH_POLICIES, "vapmap", "interruptible", count)
+    for obj in [*reversed(mutating), *reversed(validating)]:
+        kube.delete(_policy_path(obj), grace_seconds=None)
+    # The webhook's own probes need it to answer alone; the validating policy comes back
+    # after, and is in force about a second after it is created (no probe tells it apart
+    # from the webhook then: both refuse alike).
+    configs = register(kube, server, base)
+    for obj in validating:
+        kube.apply(_policy_path(obj), obj)
+    time.sleep(5)
+    phase(WEBHOOK_AND_POLICY, "both", "interruptible", count)
+    unregister(kube, configs)
+    for obj in reversed(validating):
+        kube.delete(_policy_path(obj), grace_seconds=None)
+
+
+def _policy_path(obj: dict[str, Any]) -> str:
+    return f"{ADMISSION}/{PLURALS[obj['kind']]}/{obj['metadata']['name']}"
 
 
 def _load() -> str:

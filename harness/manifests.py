@@ -41,6 +41,9 @@ VARIANTS = {
     "self-managed+fail-closed": "overlays/fail-closed-example",
     "cert-manager+fail-closed": "overlays/cert-manager+fail-closed",
     "cert-manager+observer": "overlays/cert-manager+observer",
+    "self-managed+before-1.30": "overlays/before-1.30-example",
+    "cert-manager+network-policy": "overlays/cert-manager+network-policy",
+    "cert-manager+mutating-admission-policy": "overlays/cert-manager+mutating-admission-policy",
 }
 # Kustomizations written beside the shipped overlays: (overlay, component), as the README adds a
 # component to an overlay.
@@ -48,11 +51,19 @@ _EXAMPLES = {
     "self-managed+fail-closed": ("self-managed", "fail-closed"),
     "cert-manager+fail-closed": ("cert-manager", "fail-closed"),
     "cert-manager+observer": ("cert-manager", "observer"),
+    "self-managed+before-1.30": ("self-managed", "before-1.30"),
+    "cert-manager+network-policy": ("cert-manager", "network-policy"),
+    "cert-manager+mutating-admission-policy": ("cert-manager", "mutating-admission-policy"),
 }
-# Applied on its own, beside any install: not an install of the webhook (no webhook
-# configurations), so not among VARIANTS.
+# Components rendered on their own, as a component's objects alone (every overlay lists the
+# first; the second is opt-in): not installs of the webhook, so not among VARIANTS.
 ADMISSION_POLICIES = "components/admission-policies"
-RENDERABLE = {**VARIANTS, "admission-policies": ADMISSION_POLICIES}
+MUTATING_ADMISSION_POLICY = "components/mutating-admission-policy"
+RENDERABLE = {
+    **VARIANTS,
+    "admission-policies": ADMISSION_POLICIES,
+    "mutating-admission-policy": MUTATING_ADMISSION_POLICY,
+}
 
 # The first minor release that serves each field the manifests use beyond what 1.20 serves.
 # matchConditions on webhooks: beta and on by default from 1.28 (GA in 1.30).

@@ -34,8 +34,12 @@ from webhook.loading.policies import builtin_policy, load_policy
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY_DIR = REPO / "policies" / "default"
-COMPONENT = REPO / "manifests" / "components" / "admission-policies"
-GENERATED = COMPONENT / "admission-policies.yaml"
+COMPONENTS = REPO / "manifests" / "components"
+# Each generated file, with what it holds (``preemptguard export --only``).
+GENERATED = {
+    "validating": COMPONENTS / "admission-policies" / "admission-policies.yaml",
+    "mutating": COMPONENTS / "mutating-admission-policy" / "mutating-admission-policy.yaml",
+}
 KINDS = [
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
@@ -351,18 +355,27 @@ def test_yaml_output_has_the_header_the_notes_and_is_deterministic() -> None:
     assert listing["items"] == docs
 
 
-def test_the_generated_component_is_up_to_date() -> None:
-    policy = load_policy(POLICY_DIR)
-    expected = render_yaml(export(policy), source="policies/default")
-    assert GENERATED.read_text() == expected, (
-        f"{GENERATED.relative_to(REPO)} is out of date: run hack/export-admission-policies.sh"
+@pytest.mark.parametrize("only", sorted(GENERATED))
+def test_the_generated_components_are_up_to_date(only: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "webhook", "export", "--policies", "policies/default",
+         "--only", only, "-o", "yaml"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    generated = GENERATED[only]
+    assert generated.read_text() == proc.stdout, (
+        f"{generated.relative_to(REPO)} is out of date: run hack/export-admission-policies.sh"
     )
+    prefix = "Validating" if only == "validating" else "Mutating"
+    kinds = [d["kind"] for d in yaml.safe_load_all(proc.stdout) if d]
+    assert kinds == [k for k in KINDS if k.startswith(prefix)]
 
 
 def test_the_regeneration_script_writes_what_export_prints() -> None:
     script = (REPO / "hack" / "export-admission-policies.sh").read_text()
-    assert "export --policies policies/default -o yaml" in script
-    assert str(GENERATED.relative_to(REPO)) in script
+    assert "export --policies policies/default --only" in script
+    for generated in GENERATED.values():
+        assert str(generated.relative_to(REPO)) in script
 
 
 def _kustomize() -> str:
@@ -373,11 +386,14 @@ def _kustomize() -> str:
 
 
 @pytest.mark.parametrize("version", ["1.36.0", kubernetes_validate.latest_version()])
-def test_the_component_renders_and_matches_the_kubernetes_schema(version: str) -> None:
-    proc = subprocess.run(
-        [_kustomize(), "build", str(COMPONENT)], capture_output=True, text=True, check=True
-    )
-    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+def test_the_components_render_and_match_the_kubernetes_schema(version: str) -> None:
+    docs = []
+    for generated in GENERATED.values():
+        proc = subprocess.run(
+            [_kustomize(), "build", str(generated.parent)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        docs += [d for d in yaml.safe_load_all(proc.stdout) if d]
     assert sorted(d["kind"] for d in docs) == sorted(KINDS)
     for doc in docs:
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "preemptguard"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import filecmp
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -189,9 +190,18 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+# What a cluster of Kubernetes 1.30 or later tells Helm it serves (`helm template` assumes
+# none of it): the overlays install the admission policies there.
+SERVES_VALIDATING_POLICIES = [
+    "--api-versions",
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+]
+
+
 def chart_args(variant: str, certs: Path) -> list[str]:
     _, extra = VARIANTS[variant]
-    return [*(self_managed_args(certs) if variant.startswith("self-managed") else []), *extra]
+    certificates = self_managed_args(certs) if variant.startswith("self-managed") else []
+    return [*certificates, *extra, *SERVES_VALIDATING_POLICIES]
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +226,10 @@ def test_helm_is_v4() -> None:
 
 @pytest.mark.parametrize("variant", ["cert-manager", "self-managed+fail-closed"])
 def test_helm_lint_passes_strict(variant: str, certs: Path) -> None:
-    proc = run_helm("lint", "--strict", str(CHART), *chart_args(variant, certs))
+    args = chart_args(variant, certs)[: -len(SERVES_VALIDATING_POLICIES)]  # not lint's to know
+    proc = run_helm(
+        "lint", "--strict", str(CHART), *args, "--set", "admissionPolicies.enabled=true"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 chart(s) failed" in proc.stdout
 
@@ -273,6 +286,9 @@ def test_a_policy_from_values_is_hashed_as_kustomize_hashes_it(tree: Tree, tmp_p
         )
     (tmp_path / "policy.yaml").write_text(policy)
     chart = template("--set-file", f"policy.content={tmp_path / 'policy.yaml'}")
+    # The overlay's admission policies are the default policy's, whatever the base holds (its
+    # comments say to export them again); the chart leaves them out with a policy of its own.
+    kustomized = [o for o in kustomized if not _admission_kinds([o])]
     assert_same_objects(chart, kustomized)
     default = template()
     assert (
@@ -465,6 +481,67 @@ def test_an_existing_secret_replaces_the_generated_one(certs: Path) -> None:
     assert all(
         base64.b64decode(h["clientConfig"]["caBundle"]) == ca for h in hooks(objects).values()
     )
+
+
+def _admission_kinds(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["kind"] for o in objects if o["kind"].endswith(("Policy", "PolicyBinding")))
+
+
+VALIDATING = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+MUTATING = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+
+
+def test_the_admission_policies_follow_what_the_cluster_serves(tmp_path: Path) -> None:
+    """Rendered where the cluster serves them ("auto"), or when asked; left out on an older
+    cluster, when switched off, and with a policy of your own unless its export is given."""
+    assert _admission_kinds(template(*SERVES_VALIDATING_POLICIES)) == VALIDATING
+    assert _admission_kinds(template()) == []
+    assert _admission_kinds(template("--set", "admissionPolicies.enabled=true")) == VALIDATING
+    off = template(*SERVES_VALIDATING_POLICIES, "--set", "admissionPolicies.enabled=false")
+    assert _admission_kinds(off) == []
+    mutating = template(
+        "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+        *SERVES_VALIDATING_POLICIES, "--set", "admissionPolicies.mutating=true",
+    )  # fmt: skip
+    assert _admission_kinds(mutating) == sorted(VALIDATING + MUTATING)
+    mine = tmp_path / "policy.yaml"
+    text = (REPO / "policies/default/policy.yaml").read_text()
+    mine.write_text(text.replace("  name: default\n", "  name: mine\n"))
+    custom = ["--set-file", f"policy.content={mine}", *SERVES_VALIDATING_POLICIES]
+    assert _admission_kinds(template(*custom)) == []
+    exported = subprocess.run(
+        [sys.executable, "-m", "webhook", "export", "--policies", str(mine), "--only", "validating"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    ).stdout  # fmt: skip
+    given = tmp_path / "mine-admission-policies.yaml"
+    given.write_text(exported)
+    objects = template(*custom, "--set-file", f"admissionPolicies.content={given}")
+    assert _admission_kinds(objects) == VALIDATING
+    names = {o["metadata"]["name"] for o in objects if o["kind"] in VALIDATING}
+    assert names == {"preemptguard-mine"}
+
+
+def test_the_network_policy_admits_only_the_peers_given() -> None:
+    assert not [o for o in template() if o["kind"] == "NetworkPolicy"]
+    message = template_error("--set", "networkPolicy.enabled=true")
+    assert "networkPolicy.enabled needs networkPolicy.hookPeers" in message
+    objects = template(
+        "--set", "networkPolicy.enabled=true",
+        "--set", "networkPolicy.hookPeers[0].ipBlock.cidr=10.0.0.0/24",
+    )  # fmt: skip
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    hooks, metrics = policy["spec"]["ingress"]
+    assert hooks == {
+        "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+        "ports": [{"port": "https", "protocol": "TCP"}],
+    }
+    assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    selector = metrics["from"][0]["namespaceSelector"]["matchLabels"]
+    assert selector == {"kubernetes.io/metadata.name": "monitoring"}
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "preemptguard",
+        "app.kubernetes.io/component": "webhook",
+    }
 
 
 def test_the_namespace_can_be_left_to_exist_already() -> None:

@@ -94,6 +94,8 @@ def test_every_object_matches_the_kubernetes_schema(
     for variant, obj in _objects(rendered):
         if (obj["apiVersion"], obj["kind"]) in CERTIFICATE_KINDS:
             continue  # cert-manager's own CRDs; see test_cert_manager_objects_are_complete
+        if obj["kind"].startswith("MutatingAdmissionPolicy") and version == "1.30":
+            continue  # served from 1.36 (an opt-in component); tests/test_export.py checks it
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:

@@ -53,10 +53,10 @@ UNSERVED_ON_1_20 = {
     ("policy/v1", "PodDisruptionBudget"),
     *CERTIFICATE_KINDS,
 }
-# What a user applies: each overlay, with the fail-closed and observer components as the README
-# adds them, and the admission policies (on their own, beside any of them). Not the base, which
-# lacks its certificates.
-INSTALLS = [variant for variant in VARIANTS if variant != "base"] + ["admission-policies"]
+# What a user applies: each overlay, with the components as the docs add them, and the admission
+# policies' components on their own. Not the base, which lacks its certificates.
+COMPONENTS = ["admission-policies", "mutating-admission-policy"]
+INSTALLS = [variant for variant in VARIANTS if variant != "base"] + COMPONENTS
 # Kinds whose objects a controller writes to (status) after an apply: for them "unchanged" is
 # judged on what an apply writes, not on the resourceVersion.
 STATUS_WRITTEN = {
@@ -120,7 +120,7 @@ def cert_manager(kube: Kube) -> list[dict[str, Any]]:
     return crds
 
 
-@pytest.mark.parametrize("variant", [*VARIANTS, "admission-policies"])
+@pytest.mark.parametrize("variant", [*VARIANTS, *COMPONENTS])
 def test_every_manifest_passes_a_server_side_dry_run(
     request: pytest.FixtureRequest, kube: Kube, manifests: Tree, variant: str
 ) -> None:
@@ -389,8 +389,10 @@ def test_each_install_applies_for_real_works_and_a_second_apply_changes_nothing(
                 changed.append(f"{_key(obj)}: {why}")
         assert not changed, "\n".join(changed)
 
-        if install == "admission-policies":
-            _assert_the_policies_place_and_refuse(kube, nodes, namespace)
+        if install in COMPONENTS:
+            _assert_the_policies_place_and_refuse(
+                kube, nodes, namespace, placing=install == "mutating-admission-policy"
+            )
         else:
             _assert_the_webhooks_place_and_refuse(kube, nodes, objects, webhook, namespace)
     finally:
@@ -440,21 +442,16 @@ def _assert_the_webhooks_place_and_refuse(
 
 
 def _assert_the_policies_place_and_refuse(
-    kube: Kube, nodes: dict[str, str], namespace: str
+    kube: Kube, nodes: dict[str, str], namespace: str, *, placing: bool
 ) -> None:
+    """The mutating policy alone places an interruptible pod and refuses nothing; the
+    validating one alone refuses a serving pod asking for preemptible nodes and places
+    nothing."""
     pods = f"/api/v1/namespaces/{namespace}/pods"
 
-    def in_force() -> bool:
+    def placed() -> bool:
         body = kube.create(pods, cluster.pod("probe", workload="interruptible"), dry_run=True).body
         return bool(body["metadata"].get("annotations", {}).get(PLACEMENT) == "interruptible")
-
-    # A new policy takes about a second to be enforced.
-    wait_until(in_force, timeout=30, what="the admission policies in force", interval=0.2)
-    placed = kube.create(pods, cluster.pod("sweep", workload="interruptible")).body
-    assert placed["metadata"]["annotations"][PLACEMENT] == "interruptible"
-    assert (
-        nodes[cluster.wait_scheduled(kube, namespace, "sweep")["spec"]["nodeName"]] == PREEMPTIBLE
-    )
 
     def refuses() -> KubeError | None:
         try:
@@ -463,7 +460,17 @@ def _assert_the_policies_place_and_refuse(
             return exc
         return None
 
+    if placing:
+        # A new policy takes about a second to be enforced.
+        wait_until(placed, timeout=30, what="the mutating admission policy in force", interval=0.2)
+        sweep = kube.create(pods, cluster.pod("sweep", workload="interruptible")).body
+        assert sweep["metadata"]["annotations"][PLACEMENT] == "interruptible"
+        node = cluster.wait_scheduled(kube, namespace, "sweep")["spec"]["nodeName"]
+        assert nodes[node] == PREEMPTIBLE
+        assert refuses() is None
+        cluster.delete_pods(kube, namespace, ["sweep"])
+        return
     refusal = wait_until(refuses, timeout=30, what="the ValidatingAdmissionPolicy in force")
     assert "ValidatingAdmissionPolicy 'preemptguard-default'" in refusal.message, refusal
     assert "class serving must run on standard nodes" in refusal.message
-    cluster.delete_pods(kube, namespace, ["sweep"])
+    assert not placed()

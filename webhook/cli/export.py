@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,25 @@ Examples:
     "-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True
 )
 @click.option(
+    "--only",
+    type=click.Choice(["validating", "mutating"]),
+    default=None,
+    help="Only the validating policy (Kubernetes 1.30+: the refusals) or only the mutating "
+    "one (1.36+: the placement), each with its binding.",
+)
+@click.option(
     "--webhook-rules",
     is_flag=True,
     help="Instead: the rules that send every kind of spec.workloadKinds to the webhook, as a "
     "patch of its ValidatingWebhookConfiguration (kustomize patches, or Helm's "
     "webhook.workloadRules value).",
 )
-def export_command(policies: Path | None, output: str, webhook_rules: bool) -> None:
-    """ValidatingAdmissionPolicy and MutatingAdmissionPolicy (admissionregistration.k8s.io/v1,
-    Kubernetes 1.36+) with their bindings, applying the policy inside the API server.
+def export_command(
+    policies: Path | None, output: str, only: str | None, webhook_rules: bool
+) -> None:
+    """ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.30+) and
+    MutatingAdmissionPolicy (1.36+) with their bindings, applying the policy inside the API
+    server.
 
     They hold while the webhook is down. What CEL cannot do as the webhook does is listed on
     stderr and in comments of the YAML output; the webhook stays the enforcement for it.
@@ -61,6 +72,10 @@ def export_command(policies: Path | None, output: str, webhook_rules: bool) -> N
         click.echo(json.dumps(patch, indent=2) if output == "json" else _yaml(patch), nl=False)
         return
     exported = export(policy)
+    if only is not None:
+        kinds = {"validating": "Validating", "mutating": "Mutating"}
+        kept = [o for o in exported.objects if o["kind"].startswith(kinds[only])]
+        exported = replace(exported, objects=kept)
     source = "built-in default" if policies is None else policies.as_posix()
     text = render_json(exported) if output == "json" else render_yaml(exported, source=source)
     click.echo(text, nl=False)
