@@ -70,7 +70,7 @@ def harness_server(tls: Path, log: Path, **options: Any) -> ServerProcess:
         ca=tls / "ca.crt",
         log=log,
         port=port,
-        metrics_port=0,
+        metrics_port=options.get("metrics_port", 0),
         harness_options={
             "cert_file": str(tls / "tls.crt"),
             "key_file": str(tls / "tls.key"),

@@ -146,9 +146,10 @@ class Metrics(RegistryMetrics):
         self.reviews_dropped = Counter(
             "preemptguard_reviews_dropped",
             "Review calls whose answer the API server did not get in time, by hook and why: "
-            "answered after the call's timeout (late), the connection gone before the answer "
-            "was sent (unsent), the body not all in before the deadline (body-late). Under "
-            "failurePolicy Ignore each let its object through unchecked.",
+            "answered after the call's timeout (late), the body not all in before the "
+            "review's deadline (body-late), a body given up to make room for others "
+            "(body-given-up). Under failurePolicy Ignore each let its object through "
+            "unchecked.",
             ["hook", "why"],
             registry=reg,
         )

@@ -226,15 +226,15 @@ class Reviewer:
                 pass  # checked again where the cluster may be read
         return await self._off_loop(self._ledgered, head, body, deadline, containers)
 
-    def finished(self, head: Head, reply: Reply, *, delivered: bool) -> None:
-        """After the answer was sent, or could not be: an answer the API server did not take
-        (it had given up, or went away) lets the object through unchecked under
-        ``failurePolicy: Ignore``, so each is logged and counted."""
+    def finished(self, head: Head, reply: Reply) -> None:
+        """After the answer was sent: one sent after the call's timeout found the API server
+        gone (it closes the connection when it gives up) and let the object through unchecked
+        under ``failurePolicy: Ignore``, so each is logged and counted."""
         seconds = time.monotonic() - head.arrived
         timeout = timeout_seconds(head.timeout)
-        if delivered and seconds <= timeout:
+        if seconds <= timeout:
             return
-        why = "late" if delivered else "unsent"
+        why = "late"
         self.metrics.count_dropped(head.hook.value, why)
         log.error(
             "review_dropped",

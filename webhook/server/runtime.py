@@ -26,6 +26,7 @@ from webhook.loading.policies import builtin_policy, load_policy
 from webhook.native import engine_build
 from webhook.server import logs
 from webhook.server.app import create_app
+from webhook.server.gate import WorkLedger
 from webhook.server.metrics import MainMetrics, Metrics
 from webhook.server.namespaces import NamespaceCache
 from webhook.server.offload import Offload
@@ -64,6 +65,7 @@ class Worker:
         )
         self.offload = Offload()
         self.threads = ThreadPoolExecutor(options.server.threads, thread_name_prefix="review")
+        self.ledger = WorkLedger()
         self.app = create_app(
             self.policies.current,
             self.namespaces.lookup,
@@ -76,8 +78,14 @@ class Worker:
             cached=Lookups(self.namespaces.cached_lookup, self.priority_classes.cached_lookup),
             inline_bytes=options.server.inline_review_bytes,
             lifespan=Lifespan(started=self.start, stopping=self.stop),
-            lag=LoopLag(self.metrics.loop_lag.set),
+            ledger=self.ledger,
+            lag=LoopLag(self.heartbeat),
         )
+
+    def heartbeat(self, loop_lag: float) -> None:
+        """Each beat of the event loop: how late it ran, and the work in the threads' hands."""
+        self.metrics.loop_lag.set(loop_lag)
+        self.metrics.review_backlog.set(self.ledger.in_hand())
 
     def readiness(self) -> str | None:
         return self.namespaces.not_ready() or self._priority_classes_not_ready()

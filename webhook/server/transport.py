@@ -107,12 +107,8 @@ class Transport:
                 reply = self.reviewer.unread(head, body)
             else:
                 reply = await self.reviewer.review(head, body)
-        try:
-            await _send(send, reply)
-        except Exception:  # noqa: BLE001 - the client went away; the reviewer says so
-            self.reviewer.finished(head, reply, delivered=False)
-            return
-        self.reviewer.finished(head, reply, delivered=True)
+        await _send(send, reply)
+        self.reviewer.finished(head, reply)
 
     def _until(self, head: Head) -> float:
         """How long the body may take, in seconds from now."""
