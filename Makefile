@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm check-examples bench fuzz clean
+.PHONY: install compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples bench fuzz clean
 
 $(BIN)/preemptguard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ run: install
 	PYTHON=$(BIN)/python hack/compile-engine.sh --if-possible
 	$(BIN)/preemptguard serve --self-signed $(CERTS) --host 127.0.0.1 --port 8443 --metrics-port 9090
 
-test: lint typecheck compile control-plane kustomize helm
+test: lint typecheck compile control-plane kustomize helm promtool
 	$(BIN)/pytest
 
 lint: install
@@ -41,7 +41,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install compile kustomize
+unit: install compile kustomize promtool
 	$(BIN)/pytest -m "not e2e"
 
 e2e: install compile control-plane kustomize
@@ -63,6 +63,11 @@ kustomize:
 # charts/preemptguard in the tests.
 helm:
 	hack/helm.sh >/dev/null
+
+# Finds or unpacks (once, from Debian's prometheus package; else builds with Go) promtool, which
+# checks and tests the shipped alert rules.
+promtool:
+	hack/promtool.sh >/dev/null
 
 check-examples: install
 	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1

@@ -544,6 +544,28 @@ def test_the_network_policy_admits_only_the_peers_given() -> None:
     }
 
 
+def test_the_alert_rules_are_the_components_under_the_releases_name() -> None:
+    assert not [o for o in template() if o["kind"] == "PrometheusRule"]
+    objects = template(
+        "--set", "metrics.prometheusRule.enabled=true",
+        "--set", "metrics.prometheusRule.labels.release=monitoring",
+        "--set", "name=gpu-placement",
+    )  # fmt: skip
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert rule["metadata"]["labels"]["release"] == "monitoring"
+    assert rule["metadata"]["name"] == "gpu-placement"
+    component = REPO / "manifests" / "components" / "prometheus-rules" / "prometheus-rules.yaml"
+    shipped = yaml.safe_load(component.read_text())["spec"]
+    # The job a ServiceMonitor gives the webhook is its Service's name.
+    service = find(objects, "Service")["metadata"]["name"]
+    assert service == "gpu-placement"
+    expected = yaml.safe_load(
+        yaml.safe_dump(shipped).replace('job="preemptguard"', f'job="{service}"')
+    )
+    assert rule["spec"] == expected
+    assert 'job="gpu-placement"' in yaml.safe_dump(rule["spec"])
+
+
 def test_the_namespace_can_be_left_to_exist_already() -> None:
     objects = template("--set", "namespace.create=false", "--set", "priorityClass.create=false")
     assert not [o for o in objects if o["kind"] == "Namespace"]
