@@ -103,7 +103,7 @@ def thread_seconds(body_bytes: int, containers: int = 0) -> float:
 @dataclass(frozen=True, slots=True, eq=False)
 class Work:
     """A review being checked in a thread of this process: its expected cost and deadline,
-    and the CPU time its thread had used when it was taken on."""
+    and, for a medium one, the CPU time its thread had used when it was taken on."""
 
     seconds: float
     medium: bool
@@ -156,7 +156,9 @@ class WorkLedger:
         say why not; the thread that takes it on leaves with it."""
         medium = body_bytes > self.medium_bytes
         cost = thread_seconds(body_bytes, containers)
-        work = Work(cost, medium, deadline.at, self._cpu_clock())
+        # Only a medium review is charged what it used: reading the thread's CPU clock is a
+        # system call, which ordinary reviews are spared.
+        work = Work(cost, medium, deadline.at, self._cpu_clock() if medium else 0.0)
         with self._lock:
             now = self._clock()
             left = work.deadline - now
@@ -184,7 +186,7 @@ class WorkLedger:
 
     def leave(self, work: Work) -> None:
         """The review taken on as ``work`` is answered (or failed)."""
-        used = self._cpu_clock() - work.cpu_at_start
+        used = self._cpu_clock() - work.cpu_at_start if work.medium else 0.0
         with self._lock:
             self._in_hand.remove(work)
             if work.medium:
