@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.cluster.fake_apiserver import FakeApiServer
 from webhook.admission.core import Subject, judge
-from webhook.admission.namespaces import no_namespaces
+from webhook.admission.lookups import no_namespaces
 from webhook.cluster import audit as auditing
-from webhook.cluster.client import Cluster
+from webhook.kube.client import Cluster
 from webhook.loading.policies import builtin_policy
 
 REPO = Path(__file__).resolve().parents[1]

@@ -52,9 +52,9 @@ from harness.webhook import (
     start_server,
     unregister,
 )
-from webhook.admission import hooks, priorities, review
-from webhook.admission.hooks import Hook
-from webhook.admission.namespaces import no_namespaces
+from webhook.admission import core, lookups, review
+from webhook.admission.core import Hook
+from webhook.admission.lookups import no_namespaces
 from webhook.engine.evaluation import evaluate
 from webhook.export import export
 from webhook.loading.policies import builtin_policy
@@ -175,13 +175,13 @@ def _record_patch(kube: Kube, namespace: str, folder: Path) -> None:
     kube.create(f"/api/v1/namespaces/{namespace}/pods", _pod("record", "interruptible"),
                 dry_run=True)  # fmt: skip
     request = review.parse_review(review.loads((folder / "review.json").read_bytes()))
-    admission = hooks.answer(
+    admission = core.answer(
         Hook.MUTATE,
         request,
         builtin_policy(),
         no_namespaces,
         evaluate,
-        priority_classes=priorities.offline(),
+        priority_classes=lookups.offline_priority_classes(),
     )
     (folder / "patch").write_text(admission.review["response"]["patch"])
 

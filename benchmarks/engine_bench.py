@@ -5,7 +5,7 @@
 1. Per recorded pod (the CREATE pod reviews in tests/fixtures/admission-reviews/, and the sweep
    pod once placed, as the validating hook sees it): microseconds for ``evaluate`` alone, for
    ``evaluate`` + ``make_patch`` (what ``admission.core.judge`` does), and for the mutating hook's
-   whole answer (``hooks.answer``: judge, response, base64 patch), each on fresh copies of the
+   whole answer (``core.answer``: judge, response, base64 patch), each on fresh copies of the
    object as the server gets them. Goals: evaluate + patch <= 2x evaluate; evaluate <= 30 us on
    a quiet machine. Then the whole review of the sweep pod through the server's WSGI app (the
    body read, decoded and judged, the answer encoded, the log line written to /dev/null, the
@@ -44,9 +44,8 @@ import jsonpatch
 import yaml
 
 import webhook
-from webhook.admission import hooks, review
-from webhook.admission.namespaces import NamespaceMeta
-from webhook.engine.decision import Context, Obj
+from webhook.admission import core, review
+from webhook.engine.decision import Context, NamespaceMeta, Obj
 from webhook.engine.evaluation import evaluate
 from webhook.engine.patch import make_patch
 from webhook.engine.policy import Policy
@@ -182,7 +181,7 @@ def bench_engine(policy: Policy, rounds: int, number: int) -> None:
         both = per_call_us(case.fresh_objects, patched, rounds=rounds, number=number)
         whole = per_call_us(
             case.fresh_requests,
-            lambda r: hooks.answer(hooks.Hook.MUTATE, r, policy, no_namespaces),
+            lambda r: core.answer(core.Hook.MUTATE, r, policy, no_namespaces),
             rounds=rounds,
             number=number,
         )

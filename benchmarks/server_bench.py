@@ -206,7 +206,7 @@ def _bare_app() -> Any:
 
 def _allow_transport() -> Any:
     """preemptguard's transport in front of a reviewer that parses each review and allows it."""
-    from webhook.admission.namespaces import no_namespaces
+    from webhook.admission.lookups import no_namespaces
     from webhook.engine.evaluation import evaluate
     from webhook.loading.policies import builtin_policy
     from webhook.server.app import health_asgi

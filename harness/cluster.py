@@ -282,6 +282,27 @@ def refused(exc: KubeError) -> bool:
 # --- users ---------------------------------------------------------------------------------
 
 
+def wait_admission_policies_gone(kube: Kube, namespace: str) -> None:
+    """Until the API server stops enforcing preemptguard's deleted admission policies: its
+    policy cache follows deletions by a watch, a moment behind the DELETE. Probed with a dry-run
+    serving pod pinned to preemptible nodes, which only the policies refuse with their name."""
+    probe = pod(
+        "policy-probe",
+        workload="serving",
+        nodeSelector={CLASS_LABEL: PREEMPTIBLE},
+        tolerations=[{"key": CLASS_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+    )
+
+    def gone() -> bool:
+        try:
+            kube.create(f"/api/v1/namespaces/{namespace}/pods", probe, dry_run=True)
+        except KubeError as exc:
+            return "ValidatingAdmissionPolicy 'preemptguard-" not in exc.message
+        return True
+
+    wait_until(gone, timeout=60, what="the admission policies out of force", interval=0.3)
+
+
 def namespace_user(kube: Kube, namespace: str, name: str, rules: list[dict[str, Any]]) -> str:
     """A token of a new ServiceAccount ``name`` in ``namespace`` that a Role grants ``rules``
     there and nothing anywhere else (no ClusterRole binds it); ``kube`` must be an admin."""

@@ -140,9 +140,11 @@ def for_server(obj: dict[str, Any], minor: int) -> dict[str, Any]:
     if minor < PRESTOP_SLEEP_SINCE and kind == "Deployment":
         # Older servers refuse lifecycle.preStop.sleep: server-side apply as a field not in
         # the schema, a plain create as a preStop without a handler once the field is dropped.
+        # An exec preStop (components/before-1.30) is kept: those servers take it.
         obj = copy.deepcopy(obj)
         for container in obj["spec"]["template"]["spec"]["containers"]:
-            container.pop("lifecycle", None)
+            if "sleep" in (container.get("lifecycle") or {}).get("preStop", {}):
+                container.pop("lifecycle")
     return obj
 
 

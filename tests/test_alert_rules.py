@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
-
 from prometheus_client import CollectorRegistry
 
 from harness.manifests import kustomize, prepare_tree
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.server.metrics import CertificateMetrics, Metrics
+
+pytestmark = pytest.mark.tools
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "manifests" / "components" / "prometheus-rules" / "prometheus-rules.yaml"

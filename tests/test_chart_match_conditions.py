@@ -18,6 +18,8 @@ import pytest
 from tests.test_helm_chart import REPO, template
 from webhook.loading.policies import load_policy
 
+pytestmark = pytest.mark.tools
+
 POLICY = REPO / "policies" / "default" / "policy.yaml"
 POD_HOOKS = ("pods.mutate.preemptguard.together.ai", "pods.validate.preemptguard.together.ai")
 LISTED = re.compile(r"request\.userInfo\.username in (\[[^\]]*\])")

@@ -348,13 +348,13 @@ def test_the_text_summary_counts_input_errors(tmp_path: Path) -> None:
 
 
 def test_check_leaves_no_cyclic_garbage_behind_an_object(tmp_path: Path) -> None:
-    """check pauses the cyclic collector while it reads (webhook.loading.collector), trusting
+    """check pauses the cyclic collector while it reads (webhook.loading.gcpause), trusting
     reference counting to free each object once it is reported: a cycle per object would
     keep every object read until the end (memory growing with the input, not flat)."""
     import gc
     import io
 
-    from webhook.admission import namespaces, priorities
+    from webhook.admission import lookups
     from webhook.cli.dryrun import judge_each
     from webhook.cli.report import JsonReport
     from webhook.loading.manifests import read, sources
@@ -370,9 +370,9 @@ def test_check_leaves_no_cyclic_garbage_behind_an_object(tmp_path: Path) -> None
         items = judge_each(
             read(sources([str(path)], sys.stdin)),
             policy,
-            namespaces.from_objects([]),
+            lookups.namespaces_from_objects([]),
             "default",
-            priority_classes=priorities.offline(),
+            priority_classes=lookups.offline_priority_classes(),
         )
         for item in items:
             report.add(item)

@@ -385,6 +385,7 @@ def _kustomize() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("version", ["1.36.0", kubernetes_validate.latest_version()])
 def test_the_components_render_and_match_the_kubernetes_schema(version: str) -> None:
     docs = []

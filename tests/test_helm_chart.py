@@ -35,6 +35,8 @@ import yaml
 
 from harness.manifests import CERTIFICATE_KINDS, NAMESPACE, SERVICE, Tree, kustomize, prepare_tree
 
+pytestmark = pytest.mark.tools
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "preemptguard"
 # The PriorityClasses of fixed name that the default policy names (priorityClass.createPolicyClasses).

@@ -44,7 +44,7 @@ def test_the_engine_importing_the_server_breaks_the_layers(tmp_path: Path) -> No
         module.write("\nfrom webhook.server import app  # noqa\n")
     proc = lint_imports(root)
     assert proc.returncode != 0
-    assert "Layers: the CLI and the server drive the admission core" in proc.stdout
+    assert "Layers: the CLI drives the server" in proc.stdout
     assert "webhook.engine.grace -> webhook.server.app" in proc.stdout
 
 
@@ -56,3 +56,15 @@ def test_the_engine_reading_the_clock_breaks_its_purity(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "The engine is pure" in proc.stdout
     assert "webhook.engine.classify -> time" in proc.stdout
+
+
+def test_the_server_importing_the_kubernetes_client_breaks_the_one_way_to_kubernetes(
+    tmp_path: Path,
+) -> None:
+    root = copy_of_the_package(tmp_path)
+    with (root / "webhook" / "server" / "caches.py").open("a") as module:
+        module.write("\nimport kubernetes  # noqa\n")
+    proc = lint_imports(root)
+    assert proc.returncode != 0
+    assert "One way to Kubernetes" in proc.stdout
+    assert "webhook.server.caches -> kubernetes" in proc.stdout

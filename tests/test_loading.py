@@ -21,11 +21,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission import namespaces, priorities
+from webhook.admission import lookups
 from webhook.cli.dryrun import judge_each
 from webhook.cli.report import JsonReport
 from webhook.engine.policy import Policy
-from webhook.loading import collector, manifests
+from webhook.loading import gcpause, manifests
 from webhook.loading.manifests import (
     Document,
     InputError,
@@ -93,9 +93,9 @@ def _dry_run_peak(path: Path, policy: Policy) -> tuple[int, int]:
             inputs = sources([str(path)], sys.stdin)
             ahead = list(read_ahead(inputs))
             report = JsonReport(sink)
-            lookup = namespaces.from_objects(ahead)
-            classes = priorities.from_objects(ahead)
-            with collector.paused():
+            lookup = lookups.namespaces_from_objects(ahead)
+            classes = lookups.priority_classes_from_objects(ahead)
+            with gcpause.paused():
                 for item in judge_each(
                     read(inputs), policy, lookup, "default", priority_classes=classes
                 ):
@@ -277,9 +277,9 @@ def test_a_namespace_at_the_end_of_a_large_file_applies_to_the_objects_before_it
         judge_each(
             read(inputs),
             policy,
-            namespaces.from_objects(ahead),
+            lookups.namespaces_from_objects(ahead),
             "default",
-            priority_classes=priorities.from_objects(ahead),
+            priority_classes=lookups.priority_classes_from_objects(ahead),
         )
     )
     classes = {

@@ -20,6 +20,8 @@ from harness import scheduling
 from harness.manifests import NAMESPACE, Tree, find, prepare_tree
 from harness.scheduling import SchedulerError
 
+pytestmark = pytest.mark.tools
+
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 ACCOUNT = scheduling.ACCOUNT

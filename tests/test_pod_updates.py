@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from webhook.admission import hooks, review
-from webhook.admission.hooks import Hook
-from webhook.admission.namespaces import no_namespaces
+from webhook.admission import core, review
+from webhook.admission.core import Hook
+from webhook.admission.lookups import no_namespaces
 from webhook.engine.decision import Context
 from webhook.engine.evaluation import evaluate
 from webhook.engine.findings import Code
@@ -172,9 +172,9 @@ def test_the_validating_hook_refuses_the_update_and_the_mutating_hook_patches_no
     old = _created(_pod())
     new = copy.deepcopy(old)
     new["metadata"]["annotations"]["together.ai/workload"] = "serving"
-    validated = hooks.answer(Hook.VALIDATE, _review("v", new, old), POLICY, no_namespaces)
+    validated = core.answer(Hook.VALIDATE, _review("v", new, old), POLICY, no_namespaces)
     response = validated.review["response"]
     assert response["allowed"] is False
     assert "this update makes the pod serving" in response["status"]["message"]
-    mutated = hooks.answer(Hook.MUTATE, _review("m", new, old), POLICY, no_namespaces)
+    mutated = core.answer(Hook.MUTATE, _review("m", new, old), POLICY, no_namespaces)
     assert "patch" not in mutated.review["response"]

@@ -12,15 +12,15 @@ import yaml
 
 from tests.conftest import REPO
 from tests.test_cli import run
-from webhook.admission import priorities
+from webhook.admission import lookups
 from webhook.engine import evaluate
 from webhook.engine.decision import Context
 from webhook.engine.findings import Code
 from webhook.engine.policy import Placement, Policy
 from webhook.engine.scheduling import NEVER, PREEMPT, PriorityClassInfo
 from webhook.loading.policies import builtin_policy, load_policy
+from webhook.server.caches import priority_class_cache
 from webhook.server.metrics import Metrics
-from webhook.server.priorityclasses import PriorityClassCache
 
 DEFAULT = builtin_policy()
 BATCH = PriorityClassInfo("preemptguard-batch", -100, NEVER)
@@ -126,7 +126,7 @@ def test_the_shipped_batch_class_is_the_same_everywhere() -> None:
 
     data = batch((REPO / "webhook" / "data" / "priorityclasses.yaml").read_text())
     assert data == batch((REPO / "manifests" / "base" / "priorityclass.yaml").read_text())
-    assert priorities.offline()("preemptguard-batch") == BATCH
+    assert lookups.offline_priority_classes()("preemptguard-batch") == BATCH
     assert data == {"value": -100, "preemptionPolicy": NEVER, "globalDefault": False}
 
 
@@ -149,7 +149,7 @@ def test_without_a_cluster_the_server_assumes_the_shipped_classes(
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    cache = PriorityClassCache.from_environment(Metrics())
+    cache = priority_class_cache(Metrics())
     assert cache.lookup("preemptguard-batch") == BATCH
     assert cache.lookup("nonexistent") is None
     assert cache.not_ready() is None

@@ -205,8 +205,8 @@ def test_a_pod_is_judged_as_the_request_names_it_whatever_its_own_fields_say(
     from pathlib import Path
 
     from webhook.admission import review
-    from webhook.admission.hooks import Hook, answer
-    from webhook.admission.namespaces import no_namespaces
+    from webhook.admission.core import Hook, answer
+    from webhook.admission.lookups import no_namespaces
 
     fixtures = Path(__file__).parent / "fixtures" / "admission-reviews"
     for name in ("create-pod-coordinator-0-mutate.json", "create-pod-sweep-mutate.json"):

@@ -13,9 +13,9 @@ import pytest
 
 from tests.cluster.fake_apiserver import FakeApiServer
 from webhook.admission.core import Subject, judge
-from webhook.admission.namespaces import no_namespaces
-from webhook.cluster.client import Cluster
+from webhook.admission.lookups import no_namespaces
 from webhook.engine.policy import Policy
+from webhook.kube.client import Cluster
 from webhook.loading.policies import builtin_policy
 
 CLASS_LABEL = "together.ai/compute-class"

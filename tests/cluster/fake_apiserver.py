@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from webhook.cluster.access import Access, access_of
+from webhook.kube.access import Access, access_of
 
 Obj = dict[str, Any]
 

@@ -19,8 +19,8 @@ from webhook.cli.main import main
 from webhook.cluster import audit as auditing
 from webhook.cluster import reports
 from webhook.cluster.access import audited_kinds
-from webhook.cluster.client import Cluster, ClusterError
 from webhook.engine.policy import Policy
+from webhook.kube.client import Cluster, ClusterError
 from webhook.loading.policies import load_policy
 
 CRD = Path(__file__).with_name("policyreport-crd.yaml")

@@ -16,8 +16,8 @@ from tests.cluster.fake_apiserver import FakeApiServer
 from webhook.cli.drill import render
 from webhook.cli.main import main
 from webhook.cluster import drill
-from webhook.cluster.client import Cluster, ClusterError
 from webhook.engine.policy import Policy
+from webhook.kube.client import Cluster, ClusterError
 
 Obj = dict[str, Any]
 

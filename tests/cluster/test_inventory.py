@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.cluster.conftest import pod
-from webhook.admission.namespaces import NamespaceMeta
 from webhook.cluster.inventory import UNCLASSIFIED, pod_class
-from webhook.engine.decision import Obj
+from webhook.engine.decision import NamespaceMeta, Obj
 from webhook.engine.evaluation import PLACEMENT_ANNOTATION
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy

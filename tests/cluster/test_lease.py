@@ -11,8 +11,8 @@ from structlog.testing import capture_logs
 
 from tests.cluster.conftest import FakeClock
 from tests.cluster.fake_apiserver import FakeApiServer
-from webhook.cluster.client import Cluster, ClusterError
-from webhook.cluster.lease import WARN_EVERY_SECONDS, LeaderElector, LeaseSettings
+from webhook.kube.client import Cluster, ClusterError
+from webhook.kube.lease import WARN_EVERY_SECONDS, LeaderElector, LeaseSettings
 
 SETTINGS = LeaseSettings(namespace="preemptguard-system")
 

@@ -21,12 +21,12 @@ import pytest
 
 from tests.cluster.conftest import namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer, stamp
-from webhook.cluster.client import Cluster, path
-from webhook.cluster.clock import SystemClock
-from webhook.cluster.lease import LeaseSettings
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.observer import Observer, ObserverSettings
 from webhook.engine.policy import Policy
+from webhook.kube.client import Cluster, path
+from webhook.kube.clock import SystemClock
+from webhook.kube.lease import LeaseSettings
 from webhook.server import logs
 
 Obj = dict[str, Any]

@@ -31,15 +31,16 @@ from webhook.cluster.access import (
     LEASE_ROLE,
     OBSERVER,
     OBSERVER_LEASE,
-    Access,
-    access_of,
     audit_access,
     audit_rules,
     cluster_roles,
 )
-from webhook.cluster.client import Cluster
 from webhook.engine.policy import Policy
+from webhook.kube.access import Access, access_of
+from webhook.kube.client import Cluster
 from webhook.loading.policies import builtin_policy, load_policy
+
+pytestmark = pytest.mark.tools
 
 COMPONENT_EXAMPLE = """\
 apiVersion: kustomize.config.k8s.io/v1beta1

@@ -122,6 +122,7 @@ def default_install(
     finally:
         for obj in reversed(policies):
             kube.delete(_policy_path(obj), grace_seconds=None)
+        cluster.wait_admission_policies_gone(kube, namespace)
         shipped = local_webhook_configurations(
             base_objects, webhook.url, webhook.ca_file.read_bytes()
         )

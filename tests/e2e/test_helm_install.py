@@ -70,6 +70,16 @@ KINDS = {
         "validatingwebhookconfigurations",
         False,
     ),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicies",
+        False,
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
 }
 
 
@@ -183,6 +193,10 @@ def uninstall(kube: Kube, install: Install, objects: list[dict[str, Any]]) -> No
         wait_until(deleted, timeout=30, what=f"the objects of the release {install.name} deleted")
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: left {left}") from None
+    if any(o["kind"] == "ValidatingAdmissionPolicy" for o in others):
+        probe = cluster.unique("probe")
+        cluster.create_namespace(kube, probe)
+        cluster.wait_admission_policies_gone(kube, probe)
     ns_path = f"/api/v1/namespaces/{install.namespace}"
     namespace = kube.get(ns_path)
     assert namespace["metadata"].get("deletionTimestamp"), namespace["status"]
@@ -270,7 +284,9 @@ def test_install_creates_every_object_and_an_upgrade_with_the_same_values_change
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Secret",
          "Service", "PriorityClass", "PriorityClass", "PriorityClass", "Deployment",
          "PodDisruptionBudget",
-         "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+         "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+         # the cluster serves admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
     for obj in objects:
         live = kube.get(object_path(obj))

@@ -38,8 +38,8 @@ from tests.fuzz.oracle import (
     same_in_every_format,
 )
 from tests.server.asgi import AppClient
-from webhook.admission.namespaces import NamespaceMeta
 from webhook.cli.main import main as cli_main
+from webhook.engine.decision import NamespaceMeta
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy, parse_policy
 from webhook.server import logs

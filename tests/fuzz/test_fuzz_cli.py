@@ -27,6 +27,8 @@ from tests.fuzz.runner import (
     run_cli_reviews,
 )
 
+pytestmark = pytest.mark.slow
+
 SEED = 20261203
 CASES = 300
 REVIEW_CASES = 150

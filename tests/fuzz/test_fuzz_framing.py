@@ -18,6 +18,8 @@ from tests.fuzz.framing import FramingCase, framing_case
 from tests.server.helpers import Client, ServerProcess, client_context, fixture, harness_server
 from webhook.server import certs
 
+pytestmark = pytest.mark.slow
+
 SEED, CASES = 20261204, 160
 # Headers not all in by then close the connection; a body not in by the review's deadline
 # (the cases send ?timeout=3s) is answered 408.

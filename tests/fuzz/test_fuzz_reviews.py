@@ -27,6 +27,8 @@ from tests.fuzz.mutators import (
 from tests.fuzz.oracle import Reply, ReviewOracle
 from tests.fuzz.runner import Report, ReviewRunner, describe
 
+pytestmark = pytest.mark.slow
+
 # (seed, cases): 3,000 reviews, each with its follow-ups.
 CAMPAIGN = ((20261203, 1500), (7, 1500))
 REPRODUCERS = Path(__file__).with_name("reproducers")

@@ -13,8 +13,7 @@ import pytest
 
 from tests.server.asgi import AppClient
 from tests.server.helpers import WARN_POLICY, fixture, with_object
-from webhook.admission.namespaces import NamespaceMeta
-from webhook.engine.decision import Context, Decision, Obj
+from webhook.engine.decision import Context, Decision, NamespaceMeta, Obj
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy, parse_policy
 from webhook.server import logs

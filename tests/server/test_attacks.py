@@ -24,6 +24,8 @@ from tests.attacks.floods import Attack, Target
 from tests.attacks.runner import assault
 from tests.server.helpers import ServerProcess, fixture, free_port, serve_args
 
+pytestmark = pytest.mark.slow
+
 SECONDS = 5.0
 # Probing goes on this long after the attack, past the 5 s within which it must recover.
 AFTER = 5.5

@@ -14,6 +14,8 @@ import pytest
 
 from tests.server.helpers import ServerProcess, client_context, fixture, wait_for
 
+pytestmark = pytest.mark.slow
+
 POD = fixture("create-pod-sweep-mutate")
 LIMIT = 7 * 1024 * 1024
 

@@ -10,6 +10,8 @@ import ssl
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.server.helpers import (
     Client,
     ServerProcess,
@@ -17,6 +19,8 @@ from tests.server.helpers import (
     fixture,
     server_socket_option,
 )
+
+pytestmark = pytest.mark.slow
 
 CONNECTIONS = 64
 REQUESTS_EACH = 10

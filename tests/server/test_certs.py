@@ -9,6 +9,7 @@ import ssl
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -17,6 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tests.server.helpers import BROKEN_POLICY, REPO, SERVE, ServerProcess, free_port
 from webhook.cli.server_commands import certs_command, serve_command
 from webhook.server import certs
+
+pytestmark = pytest.mark.slow
 
 
 def load(path: Path) -> x509.Certificate:

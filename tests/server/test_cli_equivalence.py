@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from tests.server.helpers import FIXTURES, ServerProcess, fixture, fixture_names
 from webhook.cli.main import main
 
+pytestmark = pytest.mark.slow
+
 
 def hook_of(name: str) -> str:
     return "validate" if "-validate" in name else "mutate"

@@ -21,6 +21,8 @@ from tests.server.helpers import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow
+
 SLOW_SECONDS = 1.5
 
 

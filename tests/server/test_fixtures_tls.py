@@ -10,6 +10,8 @@ import pytest
 from tests.server.helpers import Reply, ServerProcess, fixture, fixture_names, with_object
 from webhook.admission.review import decode_patch
 
+pytestmark = pytest.mark.slow
+
 PREEMPTIBLE_TOLERATION = {
     "key": "together.ai/compute-class",
     "operator": "Equal",

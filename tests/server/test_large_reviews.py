@@ -18,16 +18,18 @@ from tests import adversarial
 from tests.server.asgi import AppClient
 from tests.server.helpers import ServerProcess, client_context, fixture
 from webhook.admission import review
-from webhook.admission.hooks import Hook
-from webhook.admission.namespaces import NamespaceMeta, no_namespaces
-from webhook.admission.priorities import offline
-from webhook.engine.decision import MAX_MESSAGE_CHARS
+from webhook.admission.core import Hook
+from webhook.admission.lookups import no_namespaces
+from webhook.admission.lookups import offline_priority_classes as offline
+from webhook.engine.decision import MAX_MESSAGE_CHARS, NamespaceMeta
 from webhook.errors import NamespaceUnknown, OffloadFailed
 from webhook.loading.policies import builtin_policy
 from webhook.server import logs, offload
 from webhook.server.app import create_app
 from webhook.server.gate import LARGE_BODY_BYTES, MEDIUM_BODY_BYTES, LargeReviewGate
 from webhook.server.offload import Offload
+
+pytestmark = pytest.mark.slow
 
 POLICY = builtin_policy()
 

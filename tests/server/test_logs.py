@@ -15,6 +15,8 @@ import pytest
 
 from webhook.server import logs
 
+pytestmark = pytest.mark.slow
+
 
 def test_lines_from_many_threads_are_whole(tmp_path: Path) -> None:
     path = tmp_path / "log"

@@ -17,6 +17,8 @@ from webhook import exposition
 from webhook.server import certs
 from webhook.server.metrics import Metrics, aggregated
 
+pytestmark = pytest.mark.slow
+
 
 def test_metrics_after_some_admissions(server: ServerProcess) -> None:
     client = server.client()

@@ -17,9 +17,12 @@ from tests.server.helpers import (
     wait_for,
     with_object,
 )
+from webhook.engine.decision import NamespaceMeta
 from webhook.errors import NamespaceUnknown
+from webhook.server.caches import ClusterCache, namespace_cache
 from webhook.server.metrics import Metrics
-from webhook.server.namespaces import NamespaceCache
+
+pytestmark = pytest.mark.slow
 
 DEFAULT = "together.ai/default-workload"
 FAST = (0.05, 0.2)
@@ -36,59 +39,69 @@ def fake() -> Iterator[FakeApiServer]:
 @pytest.fixture
 def cache(
     fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[NamespaceCache]:
+) -> Iterator[ClusterCache[NamespaceMeta]]:
     monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
-    cache = NamespaceCache.from_environment(Metrics(), backoff=FAST)
+    cache = namespace_cache(Metrics(), backoff=FAST)
     cache.start()
     yield cache
     cache.stop()
 
 
-def gauge(cache: NamespaceCache, name: str) -> float:
+def annotations_of(cache: ClusterCache[NamespaceMeta], namespace: str | None) -> dict[str, str]:
+    """The namespace's annotations as the cache last saw them; empty when it holds none."""
+    meta = cache.cached(namespace) if namespace is not None else None
+    return dict(meta.annotations) if meta is not None else {}
+
+
+def gauge(cache: ClusterCache[NamespaceMeta], name: str) -> float:
     for line in cache.metrics.render().decode().splitlines():
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise AssertionError(name)
 
 
-def test_lists_then_follows_the_watch(fake: FakeApiServer, cache: NamespaceCache) -> None:
+def test_lists_then_follows_the_watch(
+    fake: FakeApiServer, cache: ClusterCache[NamespaceMeta]
+) -> None:
     events = fake.next_watch()
     assert cache.synced
-    assert cache.annotations("team-a") == {DEFAULT: "interruptible"}
-    assert cache.annotations("web") == {}
-    assert cache.annotations("nowhere") == {}
-    assert cache.annotations(None) == {}
+    assert annotations_of(cache, "team-a") == {DEFAULT: "interruptible"}
+    assert annotations_of(cache, "web") == {}
+    assert annotations_of(cache, "nowhere") == {}
+    assert annotations_of(cache, None) == {}
     assert gauge(cache, "preemptguard_namespace_cache_synced") == 1
     assert gauge(cache, "preemptguard_namespace_cache_namespaces") == 2
 
     fake.event(events, "MODIFIED", "web", {DEFAULT: "serving"})
     fake.event(events, "ADDED", "batch", {DEFAULT: "flexible"})
     fake.event(events, "DELETED", "team-a", {})
-    wait_for(lambda: cache.annotations("web") == {DEFAULT: "serving"})
-    wait_for(lambda: cache.annotations("batch") == {DEFAULT: "flexible"})
-    wait_for(lambda: cache.annotations("team-a") == {})
+    wait_for(lambda: annotations_of(cache, "web") == {DEFAULT: "serving"})
+    wait_for(lambda: annotations_of(cache, "batch") == {DEFAULT: "flexible"})
+    wait_for(lambda: annotations_of(cache, "team-a") == {})
     assert fake.lists == 1
 
 
-def test_relists_after_the_watch_breaks(fake: FakeApiServer, cache: NamespaceCache) -> None:
+def test_relists_after_the_watch_breaks(
+    fake: FakeApiServer, cache: ClusterCache[NamespaceMeta]
+) -> None:
     events = fake.next_watch()
     fake.namespaces["late"] = {DEFAULT: "login"}
     events.put({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Gone",
                                             "message": "too old resource version"}})  # fmt: skip
     fake.next_watch()
-    wait_for(lambda: cache.annotations("late") == {DEFAULT: "login"})
+    wait_for(lambda: annotations_of(cache, "late") == {DEFAULT: "login"})
     assert fake.lists == 2
     assert gauge(cache, "preemptguard_namespace_watch_errors_total") == 1
     assert cache.synced
 
 
 def test_a_watch_that_ends_is_resumed_without_a_relist(
-    fake: FakeApiServer, cache: NamespaceCache
+    fake: FakeApiServer, cache: ClusterCache[NamespaceMeta]
 ) -> None:
     fake.next_watch().put(STOP)
     events = fake.next_watch()
     fake.event(events, "ADDED", "after", {DEFAULT: "flexible"})
-    wait_for(lambda: cache.annotations("after") == {DEFAULT: "flexible"})
+    wait_for(lambda: annotations_of(cache, "after") == {DEFAULT: "flexible"})
     assert fake.lists == 1
 
 
@@ -97,13 +110,13 @@ def test_unreachable_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     kubeconfig = gone.kubeconfig(tmp_path / "kubeconfig")
     gone.close()
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    cache = NamespaceCache.from_environment(Metrics(), backoff=FAST)
+    cache = namespace_cache(Metrics(), backoff=FAST)
     cache.start()
     try:
         wait_for(lambda: gauge(cache, "preemptguard_namespace_watch_errors_total") >= 2)
         assert not cache.synced
         assert gauge(cache, "preemptguard_namespace_cache_synced") == 0
-        assert cache.annotations("team-a") == {}
+        assert annotations_of(cache, "team-a") == {}
     finally:
         cache.stop()
 
@@ -111,12 +124,12 @@ def test_unreachable_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_without_a_cluster_the_cache_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    cache = NamespaceCache.from_environment(Metrics())
+    cache = namespace_cache(Metrics())
     cache.start()
     assert cache.source == "none"
     assert not cache.synced
     assert gauge(cache, "preemptguard_namespace_cache_synced") == 0
-    assert cache.annotations("team-a") == {}
+    assert annotations_of(cache, "team-a") == {}
     cache.stop()
 
 
@@ -157,7 +170,7 @@ def test_server_classifies_by_namespace_and_keeps_answering_when_the_cluster_goe
 
 
 def test_a_namespace_not_yet_in_the_cache_is_read_directly(
-    fake: FakeApiServer, cache: NamespaceCache
+    fake: FakeApiServer, cache: ClusterCache[NamespaceMeta]
 ) -> None:
     fake.next_watch()
     fake.namespaces["brand-new"] = {DEFAULT: "serving"}  # created; its watch event not yet seen
@@ -175,7 +188,7 @@ def test_a_namespace_that_cannot_be_read_is_unknown_not_empty(
     gone = FakeApiServer()
     monkeypatch.setenv("KUBECONFIG", str(gone.kubeconfig(tmp_path / "kubeconfig")))
     gone.close()
-    cache = NamespaceCache.from_environment(Metrics(), backoff=FAST)
+    cache = namespace_cache(Metrics(), backoff=FAST)
     cache.start()
     try:
         assert cache.not_ready() == "the namespace cache has not listed the namespaces yet"
@@ -191,7 +204,7 @@ def test_a_namespace_that_cannot_be_read_is_unknown_not_empty(
 def test_without_a_cluster_there_is_nothing_to_wait_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    cache = NamespaceCache.from_environment(Metrics())
+    cache = namespace_cache(Metrics())
     assert cache.not_ready() is None
     assert cache.lookup("team-a").annotations == {}
 

@@ -37,6 +37,8 @@ from webhook.server import certs, logs, reload
 from webhook.server.metrics import CertificateMetrics, Metrics
 from webhook.server.reload import CertStore, PolicyStore
 
+pytestmark = pytest.mark.slow
+
 COORDINATOR = fixture("create-pod-coordinator-0-mutate")
 
 

@@ -19,6 +19,8 @@ import pytest
 
 from tests.server.helpers import Client, Reply, fixture, harness_server
 
+pytestmark = pytest.mark.slow
+
 SLOW_SECONDS = 1.5
 IN_FLIGHT = 6
 

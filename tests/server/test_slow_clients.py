@@ -25,6 +25,8 @@ import pytest
 from tests.server.helpers import Client, ServerProcess, client_context, fixture, harness_server
 from webhook.server.transport import INTAKE_BUDGET, MAX_PIECES
 
+pytestmark = pytest.mark.slow
+
 THREADS = 4
 # Shorter than the shipped 30 s, so that the tests wait for it without waiting long.
 IDLE_TIMEOUT = 3.0

@@ -29,6 +29,8 @@ from webhook.server.gate import (
     timeout_seconds,
 )
 
+pytestmark = pytest.mark.slow
+
 BURST = 24
 TIMEOUT = "3s"
 TIMEOUT_MS = 3000

@@ -20,11 +20,10 @@ import pytest
 from tests import adversarial
 from tests.server.asgi import AppClient
 from tests.server.helpers import fixture
-from webhook.admission.hooks import Hook
-from webhook.admission.namespaces import NamespaceMeta
-from webhook.admission.priorities import offline
+from webhook.admission.core import Hook
+from webhook.admission.lookups import offline_priority_classes as offline
 from webhook.engine import evaluate
-from webhook.engine.decision import Context, Decision, Obj
+from webhook.engine.decision import Context, Decision, NamespaceMeta, Obj
 from webhook.engine.policy import Policy
 from webhook.loading.policies import builtin_policy
 from webhook.server import logs

@@ -1,24 +1,39 @@
-"""One object judged as an admission request: the one path the server, ``check``, ``explain``,
-``test`` and everything after them take.
+"""The admission core: one request judged and answered, without HTTP; the one path the server,
+``check``, ``explain``, ``test`` and everything after them take.
 
-A ``Subject`` is what a request asks about: the object, the operation, the namespace, who asks.
-``judge`` applies the rules that need only the request, looks the namespace up if the engine
-needs it, runs the engine and computes the patch. The hooks (``hooks.answer``) turn a judgement
-into a review; the CLI prints it.
+- ``answer(hook, request, ...) -> Admission`` is the seam the server calls for each review:
+  what the hook answers (the review to send back, with what its log line and metrics need).
+- ``judge(subject, ...) -> Judgement``: a ``Subject`` (the object, the operation, the
+  namespace, who asks) decided by the engine, which looks the namespace up if it needs it,
+  and the JSON Patch from the object to the decided one. The CLI prints judgements.
+
+The mutating hook places pods on CREATE. The validating hook sees the final object after every
+mutating webhook, so it checks pods and workload templates again, on CREATE and UPDATE.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from webhook import engine
-from webhook.admission import priorities
-from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
-from webhook.engine.decision import AdmissionOperation, Context, Decision, Obj, Requester
-from webhook.engine.evaluation import judges_templates, kinds_of, namespace_of, untouched
+from webhook.admission import lookups, review
+from webhook.admission.review import ECHO_CHARS, AdmissionReview, Request
+from webhook.engine.decision import (
+    AdmissionOperation,
+    Context,
+    Decision,
+    NamespaceLookup,
+    Obj,
+    Requester,
+)
+from webhook.engine.evaluation import kinds_of
+from webhook.engine.findings import Code, Finding, bounded, finding, shorten
 from webhook.engine.patch import PatchOp, make_patch
-from webhook.engine.policy import Policy
+from webhook.engine.policy import Mode, Policy
 from webhook.engine.scheduling import PriorityLookup
 from webhook.engine.workloads import api_group, mapping_at
 
@@ -110,47 +125,239 @@ def judge(
     """Decide ``subject``. Exceptions from ``evaluate``, from ``namespaces``
     (``NamespaceUnknown``) and from ``priority_classes`` (``PriorityClassUnknown``; without
     one, the system and shipped classes) reach the caller."""
-    bare = Context(
+    context = Context(
         operation=subject.operation,
         namespace=subject.namespace,
         old_object=subject.old_object,
         requester=subject.requester,
-        priority_classes=priority_classes or priorities.offline(),
+        priority_classes=priority_classes or lookups.offline_priority_classes(),
+        namespaces=namespaces,
     )
-    meta = _namespace(subject, policy, bare, namespaces)
-    context = bare if meta is _NONE else _with_namespace(bare, meta)
     decision = evaluate(subject.obj, policy, context)
     return Judgement(
         subject=subject, decision=decision, patch=make_patch(subject.obj, decision.mutated)
     )
 
 
-_NONE = NamespaceMeta()
+CLASS_AUDIT_KEY = "workload-class"
+SOURCE_AUDIT_KEY = "classified-by"
 
 
-def _namespace(
-    subject: Subject, policy: Policy, context: Context, namespaces: NamespaceLookup
-) -> NamespaceMeta:
-    # Whatever the engine leaves alone on the request alone (a DELETE, an excluded namespace,
-    # a kind it does not know) needs no namespace: do not make the server read one, unless
-    # the engine still judges its templates (a DaemonSet's, see judges_templates).
-    namespace = namespace_of(subject.obj, context)
-    if namespace is None:
-        return _NONE
-    skip = untouched(subject.obj, policy, context)
-    if skip is not None and not judges_templates(skip, context.operation):
-        return _NONE
-    meta = namespaces(namespace)
-    return meta if meta.annotations or meta.labels else _NONE
+class Hook(enum.Enum):
+    MUTATE = "mutate"
+    VALIDATE = "validate"
 
 
-def _with_namespace(context: Context, meta: NamespaceMeta) -> Context:
-    return Context(
-        operation=context.operation,
-        namespace=context.namespace,
-        namespace_annotations=meta.annotations,
-        namespace_labels=meta.labels,
-        old_object=context.old_object,
-        requester=context.requester,
-        priority_classes=context.priority_classes,
+class Outcome(enum.Enum):
+    SKIPPED = "skipped"  # not evaluated, or the engine leaves the object alone
+    ALLOWED = "allowed"
+    PATCHED = "patched"
+    WARNED = "warned"  # would be refused in enforce mode; warn mode lets it through
+    REFUSED = "refused"
+    BUSY = "busy"  # a review refused unread because it could not be checked in time
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The review to send back, with what the log line and the metrics need.
+
+    ``decision`` holds the whole object; ``without_decision`` drops it, for keeping the
+    answer or sending it to another process.
+    """
+
+    review: AdmissionReview
+    outcome: Outcome
+    decision: Decision | None = None
+    patch_ops: int = 0
+    detail: str = ""
+    workload_class: str | None = None
+    source: str | None = None
+
+    @classmethod
+    def of(
+        cls, review: AdmissionReview, outcome: Outcome, decision: Decision, **extra: Any
+    ) -> Admission:
+        return cls(
+            review,
+            outcome,
+            decision,
+            workload_class=decision.workload_class,
+            source=decision.classification.source,
+            **extra,
+        )
+
+    def without_decision(self) -> Admission:
+        return dataclasses.replace(self, decision=None)
+
+
+def answer(
+    hook: Hook,
+    request: Request,
+    policy: Policy,
+    namespaces: NamespaceLookup,
+    evaluate: Evaluator = engine.evaluate,
+    *,
+    priority_classes: PriorityLookup | None = None,
+) -> Admission:
+    """Answer ``request`` on ``hook``.
+
+    Exceptions from the engine, ``NamespaceUnknown`` from ``namespaces`` and
+    ``PriorityClassUnknown`` from ``priority_classes`` reach the caller.
+    """
+    reason = _not_checked(hook, request)
+    if reason is not None:
+        return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason.message)
+    judged = judge(
+        _subject(request), policy, namespaces, evaluate, priority_classes=priority_classes
     )
+    return respond(hook, request, judged, policy)
+
+
+def answers(
+    request: Request,
+    policy: Policy,
+    namespaces: NamespaceLookup,
+    *,
+    priority_classes: PriorityLookup | None = None,
+) -> tuple[Judgement | None, dict[Hook, Admission]]:
+    """What both hooks answer for ``request``, judged once, as ``preemptguard check`` shows
+    for a review given to it. A DELETE is judged on its old object (which the engine leaves
+    alone); a request with no object at all has no judgement."""
+    judged = None
+    if request.object is not None or request.old_object is not None:
+        judged = judge(_subject(request), policy, namespaces, priority_classes=priority_classes)
+    found: dict[Hook, Admission] = {}
+    for hook in Hook:
+        reason = _not_checked(hook, request)
+        if reason is not None or judged is None:
+            detail = reason.message if reason is not None else ""
+            found[hook] = Admission(review.allowed(request), Outcome.SKIPPED, detail=detail)
+        else:
+            found[hook] = respond(hook, request, judged, policy)
+    return judged, found
+
+
+def _subject(request: Request) -> Subject:
+    obj = request.object if request.object is not None else request.old_object
+    assert obj is not None
+    return Subject(
+        obj=_as_named(obj, request),
+        operation=request.operation,
+        namespace=request.namespace,
+        old_object=request.old_object,
+        requester=request.requester,
+    )
+
+
+def _as_named(obj: Obj, request: Request) -> Obj:
+    """``obj`` judged as the kind request.kind names. The API server says what the object is;
+    apiVersion and kind inside it are written by whoever sends it, and a pod whose own
+    apiVersion were, say, a number must not pass as "not a pod". A shallow copy, so that the
+    patch (a diff from it) never touches those fields."""
+    api_version = request.object_api_version
+    if api_version is None or (obj.get("apiVersion"), obj.get("kind")) == (
+        api_version,
+        request.kind,
+    ):
+        return obj
+    return {**obj, "apiVersion": api_version, "kind": request.kind}
+
+
+def respond(hook: Hook, request: Request, judged: Judgement, policy: Policy) -> Admission:
+    """The review ``hook`` answers for ``judged``."""
+    decision = judged.decision
+    if decision.skip is not None:
+        answer = review.allowed(request)
+        return Admission.of(answer, Outcome.SKIPPED, decision, detail=decision.skip.message)
+    if not decision.allowed:
+        message = bounded("; ".join(decision.violations))
+        answer = review.denied(request, message, warnings=decision.warnings, audit=_audit(decision))
+        return Admission.of(answer, Outcome.REFUSED, decision, detail=message)
+    if hook is Hook.MUTATE:
+        return _mutated(request, judged)
+    return _validated(request, decision, policy)
+
+
+def internal_error(request: Request) -> str:
+    """Why evaluating ``request`` failed, in one line, for an HTTP 500 (not a review).
+
+    A failed call, unlike a review that refuses, lets the API server apply the webhook's
+    failurePolicy: a bug here does not refuse pods with a message saying nothing to change.
+    """
+    message = (
+        f"internal error while checking {shorten(request.kind, ECHO_CHARS)} "
+        f"{shorten(_where(request), ECHO_CHARS)}; the preemptguard log has the details under "
+        f"uid {shorten(request.uid, ECHO_CHARS)}"
+    )
+    return " ".join(message.split())
+
+
+def unavailable(request: Request, why: str) -> Admission:
+    """The answer when no policy is loaded: refused with 503, so nothing passes unchecked."""
+    return Admission(review.errored(request, why, code=503), Outcome.ERROR, detail=why)
+
+
+def _not_checked(hook: Hook, request: Request) -> Finding | None:
+    """What a hook leaves alone whatever the object: the rest is the engine's to decide."""
+    if request.sub_resource:
+        message = f"subresource {shorten(request.sub_resource, ECHO_CHARS)} is not checked"
+        return finding(Code.SUBRESOURCE, message)
+    if request.object is None:  # DELETE and CONNECT carry none
+        return finding(Code.OPERATION_NOT_CHECKED, f"{request.operation} is not checked")
+    if hook is Hook.MUTATE and not request.is_pod:
+        message = "workload templates are checked by /validate, never mutated"
+        return finding(Code.NOT_MUTATED, message)
+    return None
+
+
+def _mutated(request: Request, judged: Judgement) -> Admission:
+    decision, ops = judged.decision, judged.patch
+    answer = review.patched(request, ops, warnings=decision.warnings, audit=_audit(decision))
+    outcome = Outcome.PATCHED if ops else _allowed_outcome(decision)
+    return Admission.of(answer, outcome, decision, patch_ops=len(ops))
+
+
+def _validated(request: Request, decision: Decision, policy: Policy) -> Admission:
+    audit = _audit(decision)
+    if not (request.is_pod and decision.changes):
+        answer = review.allowed(request, warnings=decision.warnings, audit=audit)
+        return Admission.of(answer, _allowed_outcome(decision), decision)
+    message = _unplaced(decision)
+    if policy.mode is Mode.WARN:
+        warnings = [*decision.warnings, f"would be refused in enforce mode: {message}"]
+        answer = review.allowed(request, warnings=warnings, audit=audit)
+        return Admission.of(answer, Outcome.WARNED, decision, detail=message)
+    answer = review.denied(request, message, warnings=decision.warnings, audit=audit)
+    return Admission.of(answer, Outcome.REFUSED, decision, detail=message)
+
+
+def _unplaced(decision: Decision) -> str:
+    """Why a pod that the mutating hook would have changed cannot be admitted as it is."""
+    # Cut, so that the advice after it survives the limit on messages.
+    missing = shorten("; ".join(f"{c.path}: {c.message}" for c in decision.changes), 500)
+    return bounded(
+        f"the pod reached validation without the placement of its class "
+        f"{decision.workload_class} ({missing}): the mutating webhook did not run or another "
+        f"webhook undid its changes; check preemptguard's MutatingWebhookConfiguration "
+        f"(rules, namespaceSelector, failurePolicy) and the webhooks that run after it"
+    )
+
+
+def _allowed_outcome(decision: Decision) -> Outcome:
+    return Outcome.WARNED if decision.violations else Outcome.ALLOWED
+
+
+def _audit(decision: Decision) -> dict[str, str]:
+    # Keys become "<webhook name>/<key>" in the audit log: no "/" allowed in them.
+    if decision.workload_class is None:
+        return {}
+    return {
+        CLASS_AUDIT_KEY: decision.workload_class,
+        SOURCE_AUDIT_KEY: decision.classification.source,
+    }
+
+
+def _where(request: Request) -> str:
+    name = request.name or "(unnamed)"
+    return f"{request.namespace}/{name}" if request.namespace else name

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from webhook.cli.options import policies_option
+from webhook.cli.options import output_option, policies_option
 from webhook.engine.policy import Policy
 from webhook.errors import PolicyError
 from webhook.loading.policies import builtin_policy, load_policy
 
 if TYPE_CHECKING:
     from webhook.cluster.audit import Audit, AuditResult
-    from webhook.cluster.client import Cluster
+    from webhook.kube.client import Cluster
 
 ERROR = 2
 
@@ -60,7 +60,7 @@ def load(policies: Path | None) -> Policy:
 
 
 def connect(kubeconfig: str | None, context: str | None) -> Cluster:
-    from webhook.cluster.client import Cluster, ClusterError
+    from webhook.kube.client import Cluster, ClusterError
 
     try:
         return Cluster.connect(kubeconfig, context)
@@ -115,8 +115,10 @@ class StatusLine:
 )
 @click.option("-l", "--selector", default=None, help="Label selector for pods and workloads.")
 @policies_option
-@click.option(
-    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+@output_option(
+    "text",
+    "json",
+    help="text: a summary and one line per finding; json: every finding, with its code.",
 )
 @click.option(
     "--report",
@@ -147,8 +149,8 @@ def audit_command(
     """
     from webhook.cluster import audit as auditing
     from webhook.cluster import reports
-    from webhook.cluster.client import ClusterError
-    from webhook.loading import collector
+    from webhook.kube.client import ClusterError
+    from webhook.loading import gcpause
 
     if namespaces and all_namespaces:
         raise click.UsageError("give -n/--namespace or -A/--all-namespaces, not both")
@@ -168,7 +170,7 @@ def audit_command(
 
     # Tens of thousands of objects, none in a cycle: the collector would only walk them again
     # and again while they are made (off, a 10,000-pod list takes half the time).
-    with collector.paused():
+    with gcpause.paused():
         try:
             snapshot = auditing.read_cluster(cluster, scope, progress, policy=policy)
             listed = time.monotonic() - started

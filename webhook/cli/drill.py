@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from webhook.cli.audit import ERROR, StatusLine, cluster_options, connect, fail, load
-from webhook.cli.options import FiniteSeconds, policies_option
+from webhook.cli.options import FiniteSeconds, output_option, policies_option
 
 if TYPE_CHECKING:
     from webhook.cluster.drill import Plan, Report
@@ -43,8 +43,8 @@ BAR_WIDTH = 30
     help="Seconds to wait for the pods to exit: the provider's window before the node is gone.",
 )
 @policies_option
-@click.option(
-    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+@output_option(
+    "text", "json", help="text: what the drill did, pod by pod; json: the same as one object."
 )
 @cluster_options
 def drill_command(
@@ -76,8 +76,8 @@ def drill_command(
     that could not be uncordoned).
     """
     from webhook.cluster import drill
-    from webhook.cluster.client import ClusterError
-    from webhook.cluster.clock import SystemClock
+    from webhook.kube.client import ClusterError
+    from webhook.kube.clock import SystemClock
 
     policy = load(policies)
     cluster = connect(kubeconfig, context)

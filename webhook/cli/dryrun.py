@@ -11,12 +11,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from webhook.admission import namespaces, priorities
-from webhook.admission.core import Judgement, Subject, judge
-from webhook.admission.hooks import Hook, answers
-from webhook.admission.namespaces import NamespaceLookup
+from webhook.admission import lookups
+from webhook.admission.core import Hook, Judgement, Subject, answers, judge
 from webhook.admission.review import REVIEW_KIND, AdmissionReview, parse_review
-from webhook.engine.decision import Decision, Part
+from webhook.engine.decision import Decision, NamespaceLookup, Part
 from webhook.engine.findings import Code, Finding
 from webhook.engine.patch import PatchOp
 from webhook.engine.policy import Mode, Policy
@@ -131,8 +129,8 @@ def check(manifests: Manifests, policy: Policy, *, default_namespace: str) -> li
     An object that cannot be judged (a malformed review, an engine failure) is added to
     ``manifests.errors``; the others still get their results.
     """
-    lookup = namespaces.from_objects(doc.obj for doc in manifests.documents)
-    classes = priorities.from_objects(doc.obj for doc in manifests.documents)
+    lookup = lookups.namespaces_from_objects(doc.obj for doc in manifests.documents)
+    classes = lookups.priority_classes_from_objects(doc.obj for doc in manifests.documents)
     results = []
     each = judge_each(
         manifests.documents, policy, lookup, default_namespace, priority_classes=classes

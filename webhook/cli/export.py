@@ -11,6 +11,7 @@ from typing import Any
 import click
 import yaml
 
+from webhook.cli.options import output_option
 from webhook.cli.report import ExitStatus
 from webhook.errors import PolicyError
 from webhook.export import export, render_json, render_yaml
@@ -34,9 +35,7 @@ Examples:
     default=None,
     help="Policy folder or file (default: the built-in default policy).",
 )
-@click.option(
-    "-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True
-)
+@output_option("yaml", "json", help="The format of the generated objects.")
 @click.option(
     "--only",
     type=click.Choice(["validating", "mutating"]),
@@ -49,7 +48,7 @@ Examples:
     is_flag=True,
     help="Instead: the rules that send every kind of spec.workloadKinds to the webhook, as a "
     "patch of its ValidatingWebhookConfiguration (kustomize patches, or Helm's "
-    "webhook.workloadRules value).",
+    "webhooks.workloadRules value).",
 )
 def export_command(
     policies: Path | None, output: str, only: str | None, webhook_rules: bool

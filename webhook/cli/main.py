@@ -13,13 +13,13 @@ from typing import NoReturn
 import click
 
 from webhook import __version__
-from webhook.admission import namespaces, priorities
+from webhook.admission import lookups
 from webhook.cli.dryrun import judge_each
-from webhook.cli.options import policies_option
+from webhook.cli.options import output_option, policies_option
 from webhook.cli.report import ExitStatus, ExplainReport, JsonReport, Report
 from webhook.engine.policy import Policy
 from webhook.errors import CaseError, PolicyError
-from webhook.loading import collector
+from webhook.loading import gcpause
 from webhook.loading.manifests import InputError, read, read_ahead, sources
 from webhook.loading.policies import builtin_policy, load_policy
 from webhook.native import engine_build
@@ -122,8 +122,10 @@ def _namespace_option(func: click.decorators.FC) -> click.decorators.FC:
 @_files_option
 @policies_option
 @_namespace_option
-@click.option(
-    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True
+@output_option(
+    "text",
+    "json",
+    help="text: one line per object and what was found; json: every finding and the JSON Patch.",
 )
 def check_command(
     paths: tuple[str, ...], policies: Path | None, namespace: str, output: str
@@ -179,12 +181,12 @@ def _dry_run(paths: Sequence[str], policies: Path | None, namespace: str, report
     policy = _policy(policies)
     inputs = sources(paths, sys.stdin)
     ahead = list(read_ahead(inputs))
-    lookup = namespaces.from_objects(ahead)
-    classes = priorities.from_objects(ahead)
+    lookup = lookups.namespaces_from_objects(ahead)
+    classes = lookups.priority_classes_from_objects(ahead)
     # The garbage collector would walk every object read so far, again and again; each is
     # freed by reference counting once it is reported.
     try:
-        with collector.paused():
+        with gcpause.paused():
             for item in judge_each(
                 read(inputs), policy, lookup, namespace, priority_classes=classes
             ):

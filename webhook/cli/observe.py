@@ -17,7 +17,7 @@ import click
 
 from webhook.cli.audit import ERROR, cluster_options, connect, fail, load
 from webhook.cli.options import FiniteSeconds, metrics_port_option, policies_option
-from webhook.server.logs import LEVELS
+from webhook.cli.service_options import log_level_option
 
 if TYPE_CHECKING:
     from webhook.cluster.metrics import ObserverMetrics
@@ -33,7 +33,9 @@ Examples:
 
 @click.command("observe", epilog=OBSERVE_EXAMPLES)
 @policies_option
-@click.option("--metrics-host", default="0.0.0.0", show_default=True)
+@click.option(
+    "--metrics-host", default="0.0.0.0", show_default=True, help="Where /metrics listens."
+)
 @metrics_port_option
 @click.option(
     "--lease-name", default="preemptguard-observer", show_default=True, help="The Lease to hold."
@@ -66,7 +68,7 @@ Examples:
     help="Where events about Nodes are recorded: only TogetherPreempted Events written there "
     "are trusted to start a reclaim.",
 )
-@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@log_level_option
 @cluster_options
 def observe_command(
     policies: Path | None,
@@ -92,11 +94,11 @@ def observe_command(
     Run two replicas: one holds a coordination.k8s.io Lease and acts, the other takes over.
     Runs until SIGTERM.
     """
-    from webhook.cluster.client import ClusterError
-    from webhook.cluster.clock import SystemClock
-    from webhook.cluster.lease import LeaseSettings
     from webhook.cluster.metrics import ObserverMetrics
     from webhook.cluster.observer import Observer, ObserverSettings
+    from webhook.kube.client import ClusterError
+    from webhook.kube.clock import SystemClock
+    from webhook.kube.lease import LeaseSettings
     from webhook.server import logs
 
     if audit_reports and not audit_interval:

@@ -4,6 +4,7 @@ of the others."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,18 @@ def metrics_port_option(func: click.decorators.FC) -> click.decorators.FC:
         show_default=True,
         help="Plain-HTTP port of /metrics; 0: off.",
     )(func)
+
+
+def output_option(*formats: str, help: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``-o``/``--output``, the first of ``formats`` by default."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(formats),
+        default=formats[0],
+        show_default=True,
+        help=help,
+    )
 
 
 class FiniteSeconds(click.FloatRange):

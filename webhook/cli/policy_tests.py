@@ -8,10 +8,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from webhook.admission import priorities
+from webhook.admission import lookups
 from webhook.admission.core import Judgement, Subject, judge
-from webhook.admission.namespaces import NamespaceMeta
-from webhook.engine.decision import Decision, Obj, Requester
+from webhook.engine.decision import Decision, NamespaceMeta, Obj, Requester
 from webhook.engine.patch import apply_patch, make_patch
 from webhook.engine.podshape import describe
 from webhook.engine.policy import Policy
@@ -52,7 +51,7 @@ SPEC_FIELDS: dict[str, Check] = {
         "a mapping with username (a string) and groups (a list of strings)",
     ),
     "priorityClasses": (
-        lambda v: isinstance(v, list) and all(priorities.info_of(c) is not None for c in v),
+        lambda v: isinstance(v, list) and all(lookups.info_of(c) is not None for c in v),
         "a list of PriorityClass objects (metadata.name, value, preemptionPolicy)",
     ),
 }
@@ -62,7 +61,7 @@ EXPECT_FIELDS: dict[str, Check] = {
     "refused": _FLAG,
     "reasons": _TEXTS,
     "warnings": _TEXTS,
-    "codes": (_is_texts, "a list of finding codes (see the README)"),
+    "codes": (_is_texts, "a list of finding codes (see docs/cli.md)"),
     "patched": (lambda v: isinstance(v, dict), "the whole patched object"),
     "unchanged": _FLAG,
 }
@@ -136,7 +135,11 @@ def _case(raw: Obj, source: str) -> Case:
     )
     namespace = NamespaceMeta(annotations=spec.get("namespaceAnnotations") or {})
     listed = spec.get("priorityClasses")
-    classes = priorities.offline() if listed is None else priorities.in_cluster(listed)
+    classes = (
+        lookups.offline_priority_classes()
+        if listed is None
+        else lookups.priority_classes_in_cluster(listed)
+    )
     return Case(
         name=str(name),
         source=source,

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from webhook.cli.options import FiniteSeconds, metrics_port_option
+from webhook.cli.service_options import log_level_option
 from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs
-from webhook.server.logs import LEVELS
 
 SERVE_EXAMPLES = """
 \b
@@ -75,7 +75,7 @@ _PATH = click.Path(path_type=Path)
     show_default=True,
     help="Seconds between checks of the policy and certificate files.",
 )
-@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@log_level_option
 def serve_command(
     host: str,
     port: int,

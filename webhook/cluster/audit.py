@@ -35,15 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.core import Judgement, Subject, judge
-from webhook.admission.namespaces import NamespaceMeta
 from webhook.cluster import inventory
 from webhook.cluster.access import audited_kinds
-from webhook.cluster.client import Cluster, ClusterError, path
 from webhook.cluster.inventory import PREEMPTIBLE, STANDARD, Creators
-from webhook.engine.decision import Obj
+from webhook.engine.decision import NamespaceMeta, Obj
 from webhook.engine.findings import Code, shorten
 from webhook.engine.policy import Placement, Policy, WorkloadKind
 from webhook.engine.workloads import api_group, mapping_at, string_map
+from webhook.kube.client import Cluster, ClusterError, path
 from webhook.loading.policies import builtin_policy
 
 # Pods that still run or wait to: finished pods hold no capacity and will not run again.

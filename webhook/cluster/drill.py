@@ -21,15 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.namespaces import NamespaceMeta
 from webhook.cluster import inventory
-from webhook.cluster.client import Cluster, ClusterError, path
-from webhook.cluster.clock import Clock
 from webhook.cluster.inventory import PREEMPTIBLE
-from webhook.cluster.reclaims import PREEMPTED_REASON, TERMINAL_PHASES, WINDOW_SECONDS, format_time
-from webhook.engine.decision import Obj
+from webhook.cluster.reclaims import PREEMPTED_REASON, TERMINAL_PHASES, WINDOW_SECONDS
+from webhook.engine.decision import NamespaceMeta, Obj
 from webhook.engine.policy import Policy
 from webhook.engine.workloads import string_map
+from webhook.kube.client import Cluster, ClusterError, path
+from webhook.kube.clock import Clock, format_time
 
 COMPONENT = "preemptguard-drill"
 POLL_SECONDS = 1.0

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.core import Subject, judge
-from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
-from webhook.engine.decision import Obj, Requester
+from webhook.engine.decision import NamespaceLookup, NamespaceMeta, Obj, Requester
 from webhook.engine.evaluation import PLACEMENT_ANNOTATION
 from webhook.engine.grace import API_DEFAULT_GRACE, CHECKPOINT_ANNOTATION
 from webhook.engine.policy import Placement, Policy

@@ -28,13 +28,9 @@ from typing import Any
 
 import structlog
 
-from webhook.admission.namespaces import NamespaceMeta
 from webhook.cluster import audit as auditing
 from webhook.cluster import inventory, reports
-from webhook.cluster.client import Cluster, ClusterError, path
-from webhook.cluster.clock import Clock
 from webhook.cluster.inventory import OwnerRef
-from webhook.cluster.lease import LeaderElector, LeaseSettings
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.reclaims import (
     GRACE_SLACK,
@@ -47,12 +43,15 @@ from webhook.cluster.reclaims import (
     ReclaimSeen,
     Record,
     Tracker,
-    format_time,
 )
-from webhook.engine.decision import Obj
+from webhook.engine.decision import NamespaceMeta, Obj
 from webhook.engine.policy import Policy
 from webhook.engine.workloads import string_map
-from webhook.loading import collector
+from webhook.kube.client import Cluster, ClusterError, path
+from webhook.kube.clock import Clock, format_time
+from webhook.kube.lease import LeaderElector, LeaseSettings
+from webhook.kube.reflector import Reflector
+from webhook.loading import gcpause
 
 log = structlog.get_logger(component="webhook.cluster.observer")
 
@@ -65,7 +64,6 @@ REASONS = {
     Outcome.LOST_WITH_NODE: ("ReclaimLostWithNode", "Warning"),
 }
 NAMESPACE_TTL = 60.0
-BACKOFF = (1.0, 30.0)
 
 
 @dataclass(frozen=True)
@@ -184,31 +182,22 @@ class Observer:
         }
 
     def _follow(self, label: str, where: str, params: Mapping[str, str], version: str) -> None:
-        delay = BACKOFF[0]
-        while not self._stop.is_set():
-            try:
-                if not version:
-                    listing = self.cluster.list_all(where, params=params)
-                    self._inbox.put(("list", label, listing.items))
-                    version = listing.resource_version
-                for event in self.cluster.watch(where, resource_version=version, params=params,
-                                                seconds=self.settings.watch_seconds):  # fmt: skip
-                    if self._stop.is_set():
-                        return
-                    obj = event.get("object") or {}
-                    version = str(inventory.meta_of(obj).get("resourceVersion") or version)
-                    if event.get("type") != "BOOKMARK":
-                        self._inbox.put(("event", label, event.get("type"), obj))
-                delay = BACKOFF[0]
-            except Exception as exc:  # noqa: BLE001 - a watch thread must never die
-                if self._stop.is_set():
-                    return
-                self.metrics.watch_errors.labels(resource=label).inc()
-                log.warning("watch_failed", resource=label, error=str(exc), retry_in_s=delay)
-                version = ""  # list again: whatever broke, a relist is the cure
-                if not (isinstance(exc, ClusterError) and exc.gone):
-                    self._stop.wait(delay)
-                    delay = min(delay * 2, BACKOFF[1])
+        """Hand what the watch of ``where`` delivers, and each relist, to the loop."""
+
+        def failed(exc: Exception, delay: float) -> None:
+            self.metrics.watch_errors.labels(resource=label).inc()
+            log.warning("watch_failed", resource=label, error=str(exc), retry_in_s=delay)
+
+        Reflector(
+            cluster=lambda: self.cluster,
+            where=where,
+            params=params,
+            version=version,
+            listed=lambda items: self._inbox.put(("list", label, items)),
+            changed=lambda kind, obj: self._inbox.put(("event", label, kind, obj)),
+            failed=failed,
+            watch_seconds=self.settings.watch_seconds,
+        ).run(self._stop)
 
     def _apply(self, item: tuple[Any, ...]) -> None:
         now = self.clock.now()
@@ -434,7 +423,7 @@ class Observer:
         ``audit_reports`` its PolicyReports are written. Failures are logged and counted."""
         started = time.monotonic()
         try:
-            with collector.paused():  # many objects, no cycles (see cli.audit)
+            with gcpause.paused():  # many objects, no cycles (see cli.audit)
                 snapshot = auditing.read_cluster(self.cluster, auditing.Scope())
                 result = auditing.audit(snapshot, self.policy)
         except ClusterError as exc:

@@ -25,7 +25,6 @@ does not count it twice. The provider removes a reclaimed node, so its uid names
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from webhook.cluster.inventory import PREEMPTIBLE, NodeFacts, OwnerRef
 from webhook.engine.decision import Obj
 from webhook.engine.policy import Policy
 from webhook.engine.workloads import mapping_at
+from webhook.kube.clock import parse_time
 
 PREEMPTED_REASON = "TogetherPreempted"
 # Where Events about Nodes (cluster-scoped) are recorded, as the kubelet and kubectl put them.
@@ -565,27 +565,6 @@ def _deletion_grace(obj: Obj) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return inventory.grace_seconds(obj)
-
-
-def parse_time(value: object) -> float | None:
-    """An RFC 3339 time as the API server writes it (seconds or microseconds), in Unix seconds."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.timestamp()
-
-
-def format_time(seconds: float, *, micro: bool = False) -> str:
-    """Unix seconds as the API server writes times (``MicroTime`` with ``micro``)."""
-    stamp = dt.datetime.fromtimestamp(seconds, dt.UTC)
-    if micro:
-        return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def created_time(obj: Obj) -> float | None:

@@ -18,9 +18,9 @@ from typing import Any
 
 from webhook.cluster import inventory
 from webhook.cluster.audit import Audit, AuditResult
-from webhook.cluster.client import Cluster, ClusterError, path
 from webhook.engine.decision import Obj
 from webhook.engine.policy import Policy
+from webhook.kube.client import Cluster, ClusterError, path
 
 GROUP, VERSION, RESOURCE, KIND = "wgpolicyk8s.io", "v1alpha2", "policyreports", "PolicyReport"
 API_VERSION = f"{GROUP}/{VERSION}"

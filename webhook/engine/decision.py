@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from webhook.engine.findings import MAX_MESSAGE_CHARS, Finding, bounded, shorten
@@ -13,6 +14,22 @@ __all__ = ["MAX_MESSAGE_CHARS", "bounded", "shorten"]
 
 Obj = dict[str, Any]
 AdmissionOperation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamespaceMeta:
+    """What the engine reads of the request's namespace."""
+
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+
+
+# Looks a namespace up by name. Whatever it raises (webhook.errors.NamespaceUnknown when the
+# namespace cannot be known) reaches the engine's caller.
+NamespaceLookup = Callable[[str], NamespaceMeta]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,8 +46,11 @@ class Context:
 
     operation: AdmissionOperation = "CREATE"
     namespace: str | None = None
+    # What the namespace says, where the caller knows it; else ``evaluate`` asks
+    # ``namespaces``, once, and only for an object it judges.
     namespace_annotations: Mapping[str, str] = field(default_factory=dict)
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    namespaces: NamespaceLookup | None = None
     # On UPDATE, the object as it was: only a changed pod template is judged again.
     old_object: Obj | None = None
     # None offline (check, explain, test): the answer is the one an ordinary user gets.

@@ -55,10 +55,8 @@ from webhook.engine.workloads import (
 __all__ = [
     "PLACEMENT_ANNOTATION",
     "evaluate",
-    "judges_templates",
     "kinds_of",
     "namespace_of",
-    "untouched",
 ]
 
 
@@ -70,8 +68,11 @@ def evaluate(obj: Obj, policy: Policy, ctx: Context) -> Decision:
     kind = None if pod else workload_kind(obj, kinds_of(policy))
     skip = _untouched(obj, policy, ctx, kind, namespace, pod=pod)
     if skip is not None:
-        left = () if kind is None else _left_alone(obj, kind, skip, policy, ctx, namespace)
-        return base.skipped(skip, left)
+        if kind is None or not _judges_templates(skip, ctx.operation):
+            return base.skipped(skip, ())
+        ctx = _with_namespace(ctx, namespace)
+        return base.skipped(skip, _left_alone(obj, kind, policy, ctx, namespace))
+    ctx = _with_namespace(ctx, namespace)
     if kind is None and ctx.operation == "UPDATE" and ctx.old_object is not None:
         return _pod_update(obj, ctx.old_object, policy, ctx, base)
     if kind is None:
@@ -84,22 +85,28 @@ def kinds_of(policy: Policy) -> Mapping[tuple[str, str], WorkloadKind]:
     return policy.workload_kinds or BUILTIN_KINDS
 
 
+def _with_namespace(ctx: Context, namespace: str | None) -> Context:
+    """``ctx`` with what its ``namespaces`` lookup says of ``namespace``: asked here, once,
+    after the rules that need nothing but the request, so that an object left alone costs
+    no lookup."""
+    if ctx.namespaces is None or namespace is None:
+        return ctx
+    meta = ctx.namespaces(namespace)
+    return Context(
+        operation=ctx.operation,
+        namespace=ctx.namespace,
+        namespace_annotations=meta.annotations,
+        namespace_labels=meta.labels,
+        old_object=ctx.old_object,
+        requester=ctx.requester,
+        priority_classes=ctx.priority_classes,
+    )
+
+
 def namespace_of(obj: Obj, ctx: Context) -> str | None:
     """The request's namespace, else the object's own."""
     own = mapping_at(obj, "metadata").get("namespace")
     return ctx.namespace or (own if isinstance(own, str) else None)
-
-
-def untouched(obj: Obj, policy: Policy, ctx: Context) -> Finding | None:
-    """Why ``obj`` is left alone whatever its namespace says, if it is.
-
-    These rules need nothing but the request, so the admission core asks them before it
-    looks up the namespace. Who sent a DaemonSet or mirror pod is judged later, in
-    ``trust.exemption``.
-    """
-    pod = is_pod(obj)
-    kind = None if pod else workload_kind(obj, kinds_of(policy))
-    return _untouched(obj, policy, ctx, kind, namespace_of(obj, ctx), pod=pod)
 
 
 def _untouched(
@@ -128,7 +135,7 @@ def _untouched(
     return None
 
 
-def judges_templates(skip: Finding, operation: str) -> bool:
+def _judges_templates(skip: Finding, operation: str) -> bool:
     """Whether the templates of an object left alone for ``skip`` are still judged: those of
     a kind the policy leaves alone (DaemonSets), created or updated, for the warning that
     nothing keeps their pods off preemptible nodes. Their class may be their namespace's
@@ -143,7 +150,6 @@ _IGNORED_KIND = frozenset({Code.DAEMONSET, Code.IGNORED_KIND})
 def _left_alone(
     obj: Obj,
     kind: WorkloadKind,
-    skip: Finding,
     policy: Policy,
     ctx: Context,
     namespace: str | None,
@@ -152,8 +158,6 @@ def _left_alone(
     standard nodes but which require preemptible ones: their pods are not checked either, so
     nothing keeps them off; said as a warning, the object being allowed as the policy says.
     Not for an object left alone for another reason (its namespace is excluded)."""
-    if not judges_templates(skip, ctx.operation):
-        return ()
     found, _ = templates_of(obj, kind, kinds_of(policy))
     notes = []
     for t in found:

@@ -2,7 +2,7 @@
 
 Findings are turned into text only at the edges (a review's message and warnings, the CLI's
 output); JSON output and policy test cases match on codes, which do not change when a message
-is reworded. The README lists every code.
+is reworded. docs/cli.md lists every code (hack/generate.py holds what each means).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def loads(
     orjson reads it when it can, several times faster; what it refuses (lone surrogates, NaN),
     what it reads deeper than ``MAX_DEPTH`` and what holds an integer it would read as a float
     are read again as above.
-    Decoding a large document makes many containers; see ``collector.paused`` for keeping the
+    Decoding a large document makes many containers; see ``gcpause.paused`` for keeping the
     garbage collector from walking them again and again.
     """
     if object_pairs_hook is None and parse_float is None and not _long_integer(data):

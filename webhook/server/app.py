@@ -17,8 +17,9 @@ from werkzeug.exceptions import HTTPException
 
 from webhook import engine
 from webhook.admission.core import Evaluator
-from webhook.admission.namespaces import NamespaceLookup, no_namespaces
+from webhook.admission.lookups import no_namespaces
 from webhook.admission.review import ECHO_CHARS
+from webhook.engine.decision import NamespaceLookup
 from webhook.engine.findings import shorten
 from webhook.engine.scheduling import PriorityLookup
 from webhook.server import offload

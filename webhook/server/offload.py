@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 
-from webhook.admission.hooks import Admission, Hook, answer
-from webhook.admission.namespaces import NamespaceLookup, NamespaceMeta
+from webhook.admission.core import Admission, Hook, answer
 from webhook.admission.review import Request, loads, parse_review
+from webhook.engine.decision import NamespaceLookup, NamespaceMeta
 from webhook.engine.policy import Policy
 from webhook.engine.scheduling import PriorityClassInfo, PriorityLookup
 from webhook.errors import BadReview, OffloadFailed
-from webhook.loading import collector
+from webhook.loading import gcpause
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class _Known:
 def run_task(hook: Hook, body: bytes, policy: Policy, known: _Known) -> Outcome:
     """Read and answer one review (runs in the child)."""
     # The review's objects are gone when _answer returns, before the collector is back on.
-    with collector.paused():
+    with gcpause.paused():
         return _answer(hook, body, policy, known)
 
 

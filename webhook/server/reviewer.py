@@ -23,11 +23,18 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from webhook.admission import priorities, review
-from webhook.admission.core import Evaluator
-from webhook.admission.hooks import Admission, Hook, Outcome, answer, internal_error, unavailable
-from webhook.admission.namespaces import NamespaceLookup
+from webhook.admission import lookups, review
+from webhook.admission.core import (
+    Admission,
+    Evaluator,
+    Hook,
+    Outcome,
+    answer,
+    internal_error,
+    unavailable,
+)
 from webhook.admission.review import ECHO_CHARS, Request, loads, parse_review
+from webhook.engine.decision import NamespaceLookup
 from webhook.engine.findings import shorten
 from webhook.engine.policy import Policy
 from webhook.engine.scheduling import PriorityLookup
@@ -38,7 +45,7 @@ from webhook.errors import (
     OffloadFailed,
     UnreadableRequest,
 )
-from webhook.loading import collector, jsondoc
+from webhook.loading import gcpause, jsondoc
 from webhook.server import offload
 from webhook.server.gate import (
     LARGE_BODY_BYTES,
@@ -146,7 +153,7 @@ class Reviewer:
         ``NotCached`` where the others would read the cluster (None: the others never do).
         ``inline_bytes``: reviews up to this size are checked on the event loop."""
         self.policy = policy
-        self.lookups = Lookups(namespaces, priority_classes or priorities.offline())
+        self.lookups = Lookups(namespaces, priority_classes or lookups.offline_priority_classes())
         self.cached = cached or self.lookups
         self.inline_bytes = inline_bytes
         self.evaluate, self.metrics, self.max_body_bytes = evaluate, metrics, max_body_bytes
@@ -277,7 +284,7 @@ class Reviewer:
             # A review this large makes enough containers that the collections they set off
             # cost more than reading it, the more so the more such reviews are alive at once
             # (five times as long, 16 at once). They hold no cycles: freed when it is answered.
-            with collector.paused():
+            with gcpause.paused():
                 return self._review(head, body, lookups or self.lookups)
         finally:
             self.ledger.leave(work)

@@ -26,14 +26,13 @@ from webhook.loading.policies import builtin_policy, load_policy
 from webhook.native import engine_build
 from webhook.server import logs
 from webhook.server.app import create_app
+from webhook.server.caches import namespace_cache, priority_class_cache
 from webhook.server.gate import WorkLedger
 from webhook.server.metrics import MainMetrics, Metrics
-from webhook.server.namespaces import NamespaceCache
 from webhook.server.offload import Offload
-from webhook.server.priorityclasses import PriorityClassCache
 from webhook.server.reload import CertStore, PolicyStore, Reloader
 from webhook.server.reviewer import Lookups
-from webhook.server.serving import MainHooks, ServerSettings, run
+from webhook.server.serving import MainCallbacks, ServerSettings, run
 from webhook.server.transport import ASGIApp, Lifespan, LoopLag
 
 log = logs.get_logger("webhook.server.runtime")
@@ -58,8 +57,8 @@ class Worker:
         self.options = options
         self.metrics = Metrics()
         self.policies = PolicyStore(options.policies, self.metrics)
-        self.namespaces = NamespaceCache.from_environment(self.metrics)
-        self.priority_classes = PriorityClassCache.from_environment(self.metrics)
+        self.namespaces = namespace_cache(self.metrics)
+        self.priority_classes = priority_class_cache(self.metrics)
         self.reloader = Reloader(
             [self.policies, MemorySample(self.metrics)], options.reload_interval
         )
@@ -150,8 +149,8 @@ class Main:
         self.watch = Reloader([_Respawning(self.certs)], options.reload_interval)
         self.metrics_server: MetricsEndpoint | None = None
 
-    def hooks(self) -> MainHooks:
-        return MainHooks(ready=self.ready, stopped=self.stopped)
+    def callbacks(self) -> MainCallbacks:
+        return MainCallbacks(ready=self.ready, stopped=self.stopped)
 
     def ready(self) -> None:
         port = self.options.metrics_port
@@ -208,7 +207,7 @@ def serve(options: ServeOptions, evaluate: Evaluator = engine.evaluate) -> None:
             partial(worker_app, options, evaluate),
             *main.certs.serving,
             options.server,
-            main.hooks(),
+            main.callbacks(),
         )
     finally:
         main.stopped()

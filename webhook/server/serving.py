@@ -88,7 +88,7 @@ def _cgroup_quota() -> int | None:
 
 
 @dataclass(frozen=True)
-class MainHooks:
+class MainCallbacks:
     """Called in the main process: once the workers are started, and once they have all
     stopped."""
 
@@ -105,7 +105,7 @@ def run(
     cert_file: Path,
     key_file: Path,
     settings: ServerSettings,
-    hooks: MainHooks,
+    callbacks: MainCallbacks,
 ) -> None:
     """Serve the app ``app_loader`` builds in each worker until SIGTERM or SIGINT; returns
     after a graceful stop. ``app_loader`` is called in the worker process, and must pickle
@@ -133,8 +133,8 @@ def run(
         respawn_failed_workers=True,
         workers_kill_timeout=max(1, settings.graceful_timeout),
     )
-    server.on_startup(hooks.ready)
-    server.on_shutdown(hooks.stopped)
+    server.on_startup(callbacks.ready)
+    server.on_shutdown(callbacks.stopped)
     server.serve(target_loader=partial(_load, app_loader))
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from webhook.admission.hooks import Hook
+from webhook.admission.core import Hook
 from webhook.server.reviewer import Head, Reply, Reviewer, Unread
 
 Scope = MutableMapping[str, Any]

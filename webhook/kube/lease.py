@@ -15,16 +15,15 @@ from typing import Any
 
 import structlog
 
-from webhook.cluster.client import Cluster, ClusterError, path
-from webhook.cluster.clock import Clock
-from webhook.cluster.reclaims import format_time
+from webhook.kube.client import Cluster, ClusterError, path
+from webhook.kube.clock import Clock, format_time
 
 GROUP, VERSION = "coordination.k8s.io", "v1"
 VERBS = "get, create and update"
 # While the Lease cannot be used, a warning at most this often (the first at once).
 WARN_EVERY_SECONDS = 60.0
 
-log = structlog.get_logger(component="webhook.cluster.lease")
+log = structlog.get_logger(component="webhook.kube.lease")
 
 
 @dataclass(frozen=True)

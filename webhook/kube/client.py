@@ -4,7 +4,7 @@ Objects stay dicts, as the engine reads them (the typed models would cost more t
 them, and lose fields the client's release does not know). The kubernetes client still does
 what it is for: reading kubeconfig or the in-cluster service account, authentication and TLS.
 Every call is recorded as the RBAC permission it needs (``calls``; see ``access``).
-This module and ``webhook.server.namespaces`` are the only ones that import ``kubernetes``.
+This is the one module that imports ``kubernetes``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 from urllib.parse import quote, urlencode
 
-from webhook.cluster.access import Access, access_of
 from webhook.errors import PreemptguardError
+from webhook.kube.access import Access, access_of
 from webhook.loading import jsondoc
 
 JSON = "application/json"
@@ -139,6 +139,27 @@ class Cluster:
             raise ClusterError(f"cannot use the cluster configuration: {_one_line(exc)}") from None
         return cls(api, source="in-cluster service account", namespace=namespace)
 
+    @classmethod
+    def configured(cls) -> tuple[Callable[[], Cluster] | None, str]:
+        """The cluster a server finds by itself: ``KUBECONFIG``, else the in-cluster service
+        account (never ``~/.kube/config``); as a function that connects on first call and
+        then returns that one client (``ClusterError`` while it cannot), with where it comes
+        from, for the log. ``(None, "none")`` without either."""
+        kubeconfig = os.environ.get("KUBECONFIG")
+        if not kubeconfig and not _in_cluster():
+            return None, "none"
+        source = f"KUBECONFIG={kubeconfig}" if kubeconfig else "in-cluster service account"
+        connected: list[Cluster] = []
+        lock = threading.Lock()
+
+        def cluster() -> Cluster:
+            with lock:
+                if not connected:
+                    connected.append(cls.connect(kubeconfig))
+                return connected[0]
+
+        return cluster, source
+
     @property
     def calls(self) -> frozenset[Access]:
         """The permissions the calls made so far needed."""
@@ -152,8 +173,12 @@ class Cluster:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def get(self, resource_path: str) -> Obj:
-        return self._json("GET", resource_path)
+    def get(self, resource_path: str, *, timeout: tuple[float, float] | None = None) -> Obj:
+        """The object; ``timeout``: seconds to connect and to read, where the defaults
+        (``CONNECT_TIMEOUT``, ``READ_TIMEOUT``) are too long to wait."""
+        if timeout is None:
+            return self._json("GET", resource_path)
+        return self._json("GET", resource_path, timeout=timeout)
 
     def list_all(
         self,
@@ -268,9 +293,16 @@ class Cluster:
 
     # --- the wire ---------------------------------------------------------------------------
 
-    def _json(self, method: str, resource_path: str, **request: Unpack[Request]) -> Obj:
+    def _json(
+        self,
+        method: str,
+        resource_path: str,
+        *,
+        timeout: float | tuple[float, float] = READ_TIMEOUT,
+        **request: Unpack[Request],
+    ) -> Obj:
         """``_send``, and the answer read as a JSON object."""
-        response = self._send(method, resource_path, **request)
+        response = self._send(method, resource_path, timeout=timeout, **request)
         data = response.read()
         try:
             value = jsondoc.loads(data) if data else {}
@@ -285,9 +317,11 @@ class Cluster:
         method: str,
         resource_path: str,
         *,
-        timeout: float = READ_TIMEOUT,
+        timeout: float | tuple[float, float] = READ_TIMEOUT,
         **request: Unpack[Request],
     ) -> Any:
+        """``timeout``: seconds to read, or to connect and to read."""
+        limits = timeout if isinstance(timeout, tuple) else (CONNECT_TIMEOUT, timeout)
         query = urlencode(request.get("params") or {})
         with self._lock:
             self._calls.add(access_of(method, resource_path, query))
@@ -303,7 +337,7 @@ class Cluster:
                 body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self._api.call_api(*serialized, _request_timeout=(CONNECT_TIMEOUT, timeout))
+            response = self._api.call_api(*serialized, _request_timeout=limits)
         except Exception as exc:  # noqa: BLE001 - network, TLS, auth plugin: all unreachable
             raise ClusterError(f"{method} {resource_path}: {_one_line(exc)}") from None
         if response.status >= 400:
