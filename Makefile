@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples bench fuzz clean
+.PHONY: install compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples generate bench fuzz clean
 
 $(BIN)/preemptguard: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install compile kustomize promtool
-	$(BIN)/pytest -m "not e2e"
+# The fast tier: no Go, no C compiler (the engine interpreted unless compiled already), no
+# servers started; about a minute and a half on 2 cores. `make test` is the whole suite.
+unit: install
+	$(BIN)/pytest -m "not e2e and not slow and not tools"
 
 e2e: install compile control-plane kustomize
 	$(BIN)/pytest -m e2e
@@ -72,6 +74,13 @@ promtool:
 check-examples: install
 	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1
 
+# Refreshes every file derived from another (policy copies, exported admission policies, webhook
+# rules, the chart's alert rules, generated docs); `hack/generate.py --check` lists the stale ones
+# and writes nothing, as tests/test_generated.py does.
+generate: install
+	PYTHON=$(BIN)/python hack/compile-engine.sh --if-possible
+	$(BIN)/python hack/generate.py
+
 # Prints figures and ratios measured in one run (asserts none): the engine and `check` against a
 # bare YAML parse; `serve` against an always-allow app on the same stack, driven by hey
 # (hack/hey.sh finds or builds it); pod creates through both releases' API servers.
@@ -79,7 +88,7 @@ bench: install compile control-plane kustomize
 	hack/hey.sh >/dev/null
 	$(BIN)/python benchmarks/engine_bench.py
 	$(BIN)/python benchmarks/server_bench.py
-	$(BIN)/python benchmarks/e2e_bench.py --release 1.37
+	$(BIN)/python benchmarks/e2e_bench.py --release 1.37 --admission-policies
 	$(BIN)/python benchmarks/e2e_bench.py --release 1.20
 
 # The long fuzzing run (seeded, structure-aware; the suite runs a few thousand of the same

@@ -32,6 +32,8 @@ from tests.e2e.render import (
 )
 from webhook.loading.policies import load_policy
 
+pytestmark = pytest.mark.tools
+
 REPO = Path(__file__).resolve().parents[1]
 # The oldest release the manifests target (PodLifecycleSleepAction is on by default from 1.30)
 # and the newest schema the validator ships.
@@ -260,6 +262,20 @@ def test_hooks_fail_open_unless_the_fail_closed_component_is_added(
         for name, hook in webhooks(rendered["self-managed+fail-closed"]).items()
     }
     assert strict == {MUTATE: "Ignore", VALIDATE_PODS: "Fail", VALIDATE_WORKLOADS: "Ignore"}
+
+
+def test_before_1_30_pauses_with_the_images_sleep_and_ships_no_admission_policy(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """lifecycle.preStop.sleep and ValidatingAdmissionPolicy need 1.30: the component for older
+    clusters keeps the pause with a command the image has, and fails pod validation closed."""
+    objects = rendered["self-managed+before-1.30"]
+    (container,) = find(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["lifecycle"]["preStop"] == {"exec": {"command": ["sleep", "5"]}}
+    default = find(rendered["self-managed"], "Deployment")["spec"]["template"]["spec"]
+    assert default["containers"][0]["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+    assert not [o for o in objects if "AdmissionPolicy" in o["kind"]]
+    assert webhooks(objects)[VALIDATE_PODS]["failurePolicy"] == "Fail"
 
 
 def test_the_excluded_namespaces_agree_with_the_shipped_policy(
