@@ -23,7 +23,9 @@ CASES = [
 
 
 def test_every_policy_ships_cases() -> None:
-    assert [p.name for p in policy_dirs(POLICIES)] == ["default", "packing"]
+    shipped = [p.name for p in policy_dirs(POLICIES)]
+    assert shipped == ["aks-spot", "default", "eks-spot", "gke-spot", "karpenter-spot", "packing"]
+    assert all(load_cases(POLICIES / name) for name in shipped)
     assert len(CASES) >= 30
 
 
