@@ -4,15 +4,37 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples generate bench fuzz clean
+.PHONY: install lock pin-image compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples generate bench fuzz clean
 
-$(BIN)/preemptguard: pyproject.toml
+# The dependencies come from the hashed lock, the package itself (editable) without them.
+$(BIN)/preemptguard: pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
 install: $(BIN)/preemptguard
+
+# Resolves pyproject.toml's dependencies anew into the hashed locks, for every Python it allows
+# (3.11 on): requirements-dev.lock (the runtime and the dev extra: make install, the tests),
+# requirements.lock (the image's runtime) and requirements-build.lock (what the image compiles
+# the engine with), the last two at the versions of the first. Pins still allowed are kept;
+# `make lock LOCK_ARGS=--upgrade` (or `--upgrade-package NAME`) moves them. Uses uv, installed
+# once into ${PREEMPTGUARD_CACHE:-~/.cache/preemptguard}. tests/test_lock.py fails on a stale lock.
+UV_VERSION ?= 0.13.8
+lock:
+	@uv=$${PREEMPTGUARD_CACHE:-$$HOME/.cache/preemptguard}/uv-$(UV_VERSION); \
+	test -x "$$uv/bin/uv" || { $(PYTHON) -m venv "$$uv" && "$$uv/bin/pip" install --quiet uv==$(UV_VERSION); } || exit 1; \
+	compile() { "$$uv/bin/uv" pip compile --quiet --no-progress --universal --python-version 3.11 \
+	  --generate-hashes --custom-compile-command 'make lock' $(LOCK_ARGS) "$$@"; }; \
+	compile pyproject.toml --extra dev -o requirements-dev.lock \
+	&& compile pyproject.toml -c requirements-dev.lock -o requirements.lock \
+	&& printf '%s\n' mypy setuptools jsonpatch | compile - -c requirements-dev.lock -o requirements-build.lock
+
+# Pins the Dockerfile's base image to the digest its tag has now in the registry (needs one
+# reachable, and docker buildx, crane or skopeo); writes nothing when it cannot resolve it.
+pin-image:
+	hack/pin-image.sh
 
 # Compiles the placement engine with mypyc, in place (about 40 s, a C compiler and Python's
 # headers needed), as the container image ships it; again whenever an engine source changed,
