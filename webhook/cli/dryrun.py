@@ -2,25 +2,39 @@
 
 Every object goes through the admission core (``webhook.admission``) as a CREATE by an
 ordinary user; an AdmissionReview in the input is answered as both hooks answer it, so a
-recorded review gives exactly the server's answer.
+recorded review gives exactly the server's answer. ``admit_each`` goes on to what the API server
+would store: the mutating hook's patch applied, then the validating hook's answer on the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
+
+import jsonpatch
 
 from webhook.admission import lookups
-from webhook.admission.core import Hook, Judgement, Subject, answers, judge
-from webhook.admission.review import REVIEW_KIND, AdmissionReview, parse_review
-from webhook.engine.decision import Decision, NamespaceLookup, Part
+from webhook.admission.core import Hook, Judgement, Subject, answer, answers, judge
+from webhook.admission.review import (
+    API_VERSION,
+    REVIEW_KIND,
+    AdmissionResponse,
+    AdmissionReview,
+    Request,
+    decode_patch,
+    parse_review,
+)
+from webhook.engine.decision import Decision, NamespaceLookup, Obj, Part
 from webhook.engine.findings import Code, Finding
 from webhook.engine.patch import PatchOp
 from webhook.engine.policy import Mode, Policy
 from webhook.engine.scheduling import PriorityLookup
+from webhook.engine.workloads import display_name
 from webhook.errors import BadReview
 from webhook.loading.manifests import Document, InputError, Item, Manifests
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,12 +170,36 @@ def judge_each(
     An object that cannot be judged (a malformed review, an engine failure) becomes an input
     error naming it; the others still get their results.
     """
+    return _each(
+        items, lambda doc: _result(doc, policy, lookup, default_namespace, priority_classes)
+    )
+
+
+def admit_each(
+    items: Iterable[Item],
+    policy: Policy,
+    lookup: NamespaceLookup,
+    default_namespace: str,
+    *,
+    priority_classes: PriorityLookup | None = None,
+) -> Iterator[Admitted | InputError]:
+    """What the API server would do with each object of ``items`` after the webhook: store it,
+    patched by the mutating hook, or refuse it. Problems are passed on as ``judge_each`` does.
+    """
+    return _each(
+        items, lambda doc: [_admitted(doc, policy, lookup, default_namespace, priority_classes)]
+    )
+
+
+def _each(
+    items: Iterable[Item], judged: Callable[[Document], Iterable[T]]
+) -> Iterator[T | InputError]:
     for item in items:
         if isinstance(item, InputError):
             yield item
             continue
         try:
-            yield from _result(item, policy, lookup, default_namespace, priority_classes)
+            yield from judged(item)
         except BadReview as exc:
             yield InputError(source=item.source, line=item.line, message=f"{REVIEW_KIND}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported with the object, never a traceback
@@ -187,3 +225,89 @@ def _result(
         raise BadReview(f"request {request.uid} carries no object to show ({request.operation})")
     reviews = {hook.value: found[hook].review for hook in Hook}
     return [Result(document=doc, decision=judged.decision, patch=judged.patch, reviews=reviews)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admitted:
+    """One object of the input as the API server would leave it after the webhook."""
+
+    document: Document
+    # "Pod team-a/train": the object, as the refusal names it.
+    title: str
+    # The object as stored: the original with the mutating hook's patch applied. None when a
+    # hook refuses it.
+    stored: Obj | None
+    refusal: str = ""
+
+
+# Who creates the objects of a manifest offline: an ordinary user, as for ``check``; and the
+# uid of the request, which no answer here is sent back with.
+OFFLINE_USER = "preemptguard-check"
+OFFLINE_GROUPS = ("system:authenticated",)
+OFFLINE_UID = "preemptguard-check"
+
+
+def _admitted(
+    doc: Document,
+    policy: Policy,
+    lookup: NamespaceLookup,
+    default_namespace: str,
+    priority_classes: PriorityLookup | None,
+) -> Admitted:
+    request, obj = _request_of(doc, policy, default_namespace)
+    where = f"{request.namespace}/" if request.namespace else ""
+    title = f"{request.kind} {where}{display_name(obj) or request.name or '<unnamed>'}"
+
+    def ask(hook: Hook, asked: Request) -> AdmissionResponse:
+        found = answer(hook, asked, policy, lookup, priority_classes=priority_classes)
+        return found.review["response"]
+
+    # The API server's order: every mutating webhook, then the validating ones on the result.
+    mutated = ask(Hook.MUTATE, request)
+    if not mutated["allowed"]:
+        return Admitted(document=doc, title=title, stored=None, refusal=_message(mutated))
+    if "patch" in mutated:
+        obj = jsonpatch.apply_patch(obj, decode_patch(mutated["patch"]))
+    validated = ask(Hook.VALIDATE, replace(request, object=obj))
+    if not validated["allowed"]:
+        return Admitted(document=doc, title=title, stored=None, refusal=_message(validated))
+    return Admitted(document=doc, title=title, stored=obj)
+
+
+def _request_of(doc: Document, policy: Policy, default_namespace: str) -> tuple[Request, Obj]:
+    """The request the API server sends the webhook for ``doc``, and the object it carries:
+    a review's own, else a CREATE of the object."""
+    if doc.obj.get("kind") != REVIEW_KIND:
+        return created(doc.obj, policy, default_namespace=default_namespace), doc.obj
+    request = parse_review(doc.obj)
+    if request.object is None:
+        raise BadReview(f"request {request.uid} carries no object to store ({request.operation})")
+    return request, request.object
+
+
+def created(obj: Obj, policy: Policy, *, default_namespace: str) -> Request:
+    """The admission request for a CREATE of ``obj``, as ``kubectl apply`` makes the API
+    server send it for an ordinary user: in the object's namespace or the default one."""
+    subject = Subject.of_manifest(obj, policy, default_namespace=default_namespace)
+    # The loader hands on only objects whose apiVersion and kind are non-empty text.
+    api_version, kind = str(obj["apiVersion"]), str(obj["kind"])
+    return Request(
+        api_version=API_VERSION,
+        uid=OFFLINE_UID,
+        kind=kind,
+        group=api_version.rpartition("/")[0],
+        operation="CREATE",
+        namespace=subject.namespace,
+        name=display_name(obj, pending=""),
+        sub_resource=None,
+        user=OFFLINE_USER,
+        groups=OFFLINE_GROUPS,
+        dry_run=True,
+        object=obj,
+        old_object=None,
+        object_api_version=api_version,
+    )
+
+
+def _message(response: AdmissionResponse) -> str:
+    return response.get("status", {}).get("message") or "refused"

@@ -6,21 +6,24 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol, TypeVar
 
 import click
 
 from webhook import __version__
 from webhook.admission import lookups
-from webhook.cli.dryrun import judge_each
-from webhook.cli.options import output_option, policies_option
-from webhook.cli.report import ExitStatus, ExplainReport, JsonReport, Report
+from webhook.cli.colour import palette_for
+from webhook.cli.dryrun import admit_each, judge_each
+from webhook.cli.options import no_color_option, output_option, policies_option
+from webhook.cli.report import ExitStatus, ExplainReport, JsonReport, ManifestsReport, Report
+from webhook.engine.decision import NamespaceLookup
 from webhook.engine.policy import Policy
+from webhook.engine.scheduling import PriorityLookup
 from webhook.errors import CaseError, PolicyError
-from webhook.loading import gcpause
-from webhook.loading.manifests import InputError, read, read_ahead, sources
+from webhook.loading import gcpause, jsondoc
+from webhook.loading.manifests import InputError, Item, read, read_ahead, sources
 from webhook.loading.policies import builtin_policy, load_policy
 from webhook.native import engine_build
 
@@ -30,7 +33,37 @@ Examples:
   preemptguard check -f examples/
   kubectl get deploy -A -o yaml | preemptguard check -f - -o json
   preemptguard check -f job.yaml --policies policies/default
+  preemptguard check -f k8s/ -o manifests > admitted.yaml
 """
+
+EXPLAIN_EXAMPLES = """
+\b
+Examples:
+  preemptguard explain -f examples/ray-cluster.yaml -f examples/namespaces.yaml
+  preemptguard explain -f job.yaml -o json
+"""
+
+TEST_EXAMPLES = """
+\b
+Examples:
+  preemptguard test policies/
+  preemptguard test policies/default -o json
+  preemptguard test policies/ -o junit > policy-tests.xml
+"""
+
+COMPLETION_EXAMPLES = """
+\b
+Examples:
+  eval "$(preemptguard completion bash)"          # in ~/.bashrc
+  eval "$(preemptguard completion zsh)"           # in ~/.zshrc
+  preemptguard completion fish > ~/.config/fish/completions/preemptguard.fish
+"""
+
+PROGRAM = "preemptguard"
+# kubectl runs a plugin named kubectl-<name> for `kubectl <name>`: its help reads that way.
+KUBECTL_PROGRAM = "kubectl preemptguard"
+COMPLETE_VAR = "_PREEMPTGUARD_COMPLETE"
+SHELLS = ("bash", "zsh", "fish")
 
 
 class _Guarded(click.Group):
@@ -89,11 +122,17 @@ def _tolerant_streams() -> None:
 @click.group(cls=_Guarded, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(
     __version__,
-    prog_name="preemptguard",
+    prog_name=PROGRAM,
     message=f"%(prog)s, version %(version)s (engine {engine_build()})",
 )
 def main() -> None:
     """Placement policy for GPU clusters that mix standard and preemptible nodes."""
+
+
+def kubectl_plugin() -> None:
+    """The ``kubectl-preemptguard`` executable: ``kubectl preemptguard ...`` runs it."""
+    # Shell completion stays with the preemptguard program (see `completion`).
+    main(prog_name=KUBECTL_PROGRAM, complete_var="_KUBECTL_PREEMPTGUARD_COMPLETE")
 
 
 def _files_option(func: click.decorators.FC) -> click.decorators.FC:
@@ -125,32 +164,67 @@ def _namespace_option(func: click.decorators.FC) -> click.decorators.FC:
 @output_option(
     "text",
     "json",
-    help="text: one line per object and what was found; json: every finding and the JSON Patch.",
+    "manifests",
+    help="text: one line per object and what was found; json: every finding and the JSON "
+    "Patch; manifests: each object as the API server would store it after the webhook, as "
+    "YAML (refused objects left out and named on stderr).",
 )
+@no_color_option
 def check_command(
-    paths: tuple[str, ...], policies: Path | None, namespace: str, output: str
+    paths: tuple[str, ...], policies: Path | None, namespace: str, output: str, no_color: bool
 ) -> None:
     """Dry run: class, verdict, warnings and the JSON Patch each object would get.
 
     Exit status: 0 all allowed, 1 something refused, 2 bad input.
     """
-    report = JsonReport(sys.stdout) if output == "json" else Report(sys.stdout)
-    sys.exit(_dry_run(paths, policies, namespace, report))
+    if output == "manifests":
+        stored = ManifestsReport(sys.stdout, sys.stderr)
+        sys.exit(_dry_run(paths, policies, namespace, stored, admit_each))
+    if output == "json":
+        report: Report = JsonReport(sys.stdout)
+    else:
+        report = Report(sys.stdout, palette_for(sys.stdout, no_color=no_color))
+    sys.exit(_dry_run(paths, policies, namespace, report, judge_each))
 
 
-@main.command("explain")
+@main.command("explain", epilog=EXPLAIN_EXAMPLES)
 @_files_option
 @policies_option
 @_namespace_option
-def explain_command(paths: tuple[str, ...], policies: Path | None, namespace: str) -> None:
+@output_option(
+    "text",
+    "json",
+    help="text: a block per object; json: the same document as check -o json.",
+)
+@no_color_option
+def explain_command(
+    paths: tuple[str, ...], policies: Path | None, namespace: str, output: str, no_color: bool
+) -> None:
     """Why: which source classified each object and what each change is for."""
-    sys.exit(_dry_run(paths, policies, namespace, ExplainReport(sys.stdout)))
+    if output == "json":
+        report: Report = JsonReport(sys.stdout)
+    else:
+        report = ExplainReport(sys.stdout, palette_for(sys.stdout, no_color=no_color))
+    sys.exit(_dry_run(paths, policies, namespace, report, judge_each))
 
 
-@main.command("test")
+@main.command("test", epilog=TEST_EXAMPLES)
 @click.argument("directory", type=click.Path(path_type=Path), default=Path("policies"))
-def test_command(directory: Path) -> None:
-    """Run the test cases kept beside each policy (DIR/**/tests/*.yaml)."""
+@output_option(
+    "text",
+    "json",
+    "junit",
+    help="text: a line per case; json: every case with what it expected and got; junit: "
+    "JUnit XML for CI test reports.",
+)
+@no_color_option
+def test_command(directory: Path, output: str, no_color: bool) -> None:
+    """Run the test cases kept beside each policy (DIR/**/tests/*.yaml).
+
+    Exit status: 0 every case passed, 1 a case failed, 2 no test folder, an invalid case or
+    policy.
+    """
+    from webhook.cli import case_report
     from webhook.cli.policy_tests import CaseResult, policy_dirs, run_policy_dir
 
     dirs = policy_dirs(directory)
@@ -162,18 +236,63 @@ def test_command(directory: Path) -> None:
             results += run_policy_dir(policy_dir)
         except (PolicyError, CaseError) as exc:
             _fail_input(str(exc))
-    for r in results:
-        mark = "PASS" if r.passed else "FAIL"
-        click.echo(f"{mark}  {r.case.name}  ({r.case.source})")
-        for failure in r.failures:
-            click.echo(f"      {failure}")
-    failed = sum(not r.passed for r in results)
-    click.echo(f"{len(results) - failed} passed, {failed} failed")
+    if output == "json":
+        click.echo(jsondoc.dumps_indented(case_report.as_json(results)))
+    elif output == "junit":
+        click.echo(case_report.junit(results), nl=False)
+    else:
+        palette = palette_for(sys.stdout, no_color=no_color)
+        click.echo("\n".join(case_report.text_lines(results, palette)))
+    failed = any(not r.passed for r in results)
     sys.exit(ExitStatus.REFUSED if failed else ExitStatus.ALLOWED)
 
 
-def _dry_run(paths: Sequence[str], policies: Path | None, namespace: str, report: Report) -> int:
-    """Judge every object of ``paths`` into ``report``, one at a time; the exit status.
+@main.command("completion", epilog=COMPLETION_EXAMPLES)
+@click.argument("shell", type=click.Choice(SHELLS))
+def completion_command(shell: str) -> None:
+    """Print the completion script of preemptguard for a shell: bash, zsh or fish. Commands,
+    options and their values then complete on Tab."""
+    from click.shell_completion import get_completion_class
+
+    completion = get_completion_class(shell)
+    assert completion is not None  # every choice is one of click's shells
+    click.echo(completion(main, {}, PROGRAM, COMPLETE_VAR).source())
+
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class _Judge(Protocol[T_co]):
+    def __call__(
+        self,
+        items: Iterable[Item],
+        policy: Policy,
+        lookup: NamespaceLookup,
+        default_namespace: str,
+        *,
+        priority_classes: PriorityLookup | None = None,
+    ) -> Iterator[T_co | InputError]: ...
+
+
+class _Sink(Protocol[T_contra]):
+    def add(self, item: T_contra | InputError, /) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def finish(self) -> ExitStatus: ...
+
+
+def _dry_run(
+    paths: Sequence[str],
+    policies: Path | None,
+    namespace: str,
+    report: _Sink[T],
+    each: _Judge[T],
+) -> int:
+    """Judge every object of ``paths`` with ``each`` into ``report``, one at a time; the exit
+    status.
 
     Namespace and PriorityClass objects are read ahead, so that they apply wherever they stand
     in the input.
@@ -187,9 +306,7 @@ def _dry_run(paths: Sequence[str], policies: Path | None, namespace: str, report
     # freed by reference counting once it is reported.
     try:
         with gcpause.paused():
-            for item in judge_each(
-                read(inputs), policy, lookup, namespace, priority_classes=classes
-            ):
+            for item in each(read(inputs), policy, lookup, namespace, priority_classes=classes):
                 if isinstance(item, InputError):
                     click.echo(f"error: {item}", err=True)
                 report.add(item)

@@ -44,6 +44,16 @@ def output_option(*formats: str, help: str) -> Callable[[click.decorators.FC], c
     )
 
 
+def no_color_option(func: click.decorators.FC) -> click.decorators.FC:
+    """``--no-color``, on every command whose text output has colour."""
+    return click.option(
+        "--no-color",
+        is_flag=True,
+        help="No colour in the text output. Colour is only ever written to a terminal, and "
+        "never when the NO_COLOR environment variable is set.",
+    )(func)
+
+
 class FiniteSeconds(click.FloatRange):
     """Seconds from 0 up, finite: ``float()`` reads ``nan`` and ``inf``, and a drill waiting
     for NaN seconds would fail only after its deletes, an audit every inf seconds never

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,13 +71,20 @@ EXPECT_FIELDS: dict[str, Check] = {
 @dataclass(frozen=True, kw_only=True)
 class Case:
     name: str
-    source: str
+    # The policy folder the case is kept beside, and where in its tests/ the case is written.
+    policy_dir: Path
+    file: str
+    line: int
     subject: Subject
     namespace: NamespaceMeta
     expect: Mapping[str, Any]
     # The cluster's PriorityClasses: the system ones and those the case lists; without a
     # list, the system and shipped ones.
     priority_classes: PriorityLookup
+
+    @property
+    def source(self) -> str:
+        return f"{self.file}:{self.line}"
 
     def lookup(self, namespace: str) -> NamespaceMeta:
         """The case's namespace annotations, for whichever namespace the case is in."""
@@ -86,11 +94,29 @@ class Case:
 @dataclass(frozen=True, kw_only=True)
 class CaseResult:
     case: Case
+    judged: Judgement
     failures: list[str] = field(default_factory=list)
+    # How long the case took to run, for the reports CI systems read.
+    seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
         return not self.failures
+
+    def actual(self) -> dict[str, Any]:
+        """What the case's object got, in the terms of ``spec.expect`` (but the patch itself
+        rather than the patched object)."""
+        d = self.judged.decision
+        return {
+            "class": d.workload_class,
+            "allowed": d.allowed,
+            "refused": d.enforce_refuses,
+            "reasons": list(d.violations),
+            "warnings": list(d.warnings),
+            "codes": _codes(d),
+            "unchanged": not self.judged.patch,
+            "patch": self.judged.patch,
+        }
 
 
 def policy_dirs(root: Path) -> list[Path]:
@@ -104,13 +130,14 @@ def load_cases(policy_dir: Path) -> list[Case]:
     manifests = load_manifests([str(policy_dir / "tests")], stdin=io.StringIO())
     if manifests.errors:
         raise CaseError("; ".join(str(e) for e in manifests.errors))
-    cases = [_case(doc.obj, f"{doc.source}:{doc.line}") for doc in manifests.documents]
+    cases = [_case(doc.obj, policy_dir, doc.source, doc.line) for doc in manifests.documents]
     if not cases:
         raise CaseError(f"{policy_dir / 'tests'}: no {CASE_KIND} documents")
     return cases
 
 
-def _case(raw: Obj, source: str) -> Case:
+def _case(raw: Obj, policy_dir: Path, file: str, line: int) -> Case:
+    source = f"{file}:{line}"
     if raw.get("kind") != CASE_KIND:
         raise CaseError(f"{source}: expected kind {CASE_KIND}, got {raw.get('kind')!r}")
     spec = raw.get("spec")
@@ -142,7 +169,9 @@ def _case(raw: Obj, source: str) -> Case:
     )
     return Case(
         name=str(name),
-        source=source,
+        policy_dir=policy_dir,
+        file=file,
+        line=line,
         subject=subject,
         namespace=namespace,
         expect=expect,
@@ -171,12 +200,14 @@ def _namespace_of(obj: Obj) -> str:
 
 
 def run_case(case: Case, policy: Policy) -> CaseResult:
+    started = time.perf_counter()
     judged = judge(case.subject, policy, case.lookup, priority_classes=case.priority_classes)
     failures = [
         *_compare(case.expect, judged.decision, case.subject.obj, judged.patch),
         *_stable(judged, policy, case),
     ]
-    return CaseResult(case=case, failures=failures)
+    seconds = time.perf_counter() - started
+    return CaseResult(case=case, judged=judged, failures=failures, seconds=seconds)
 
 
 def _compare(
@@ -190,7 +221,7 @@ def _compare(
             yield f"{key}: expected {expect[key]}, got {actual}; reasons: {list(d.violations)}"
     yield from _contains("reasons", expect.get("reasons", []), d.violations)
     yield from _contains("warnings", expect.get("warnings", []), d.warnings)
-    codes = sorted({f.code.value for f in d.findings()})
+    codes = _codes(d)
     for code in expect.get("codes", []):
         if code not in codes:
             yield f"codes: {code!r} not found; got {codes}"
@@ -199,6 +230,10 @@ def _compare(
     if "patched" in expect and apply_patch(original, patch) != expect["patched"]:
         diff = make_patch(expect["patched"], apply_patch(original, patch))
         yield f"the patched object differs from spec.expect.patched by {diff}"
+
+
+def _codes(d: Decision) -> list[str]:
+    return sorted({f.code.value for f in d.findings()})
 
 
 def _contains(what: str, wanted: list[str], actual: tuple[str, ...]) -> Iterator[str]:

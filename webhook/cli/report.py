@@ -1,16 +1,22 @@
-"""Render dry-run results for a terminal or a CI log, or as JSON; own the exit status."""
+"""Render dry-run results for a terminal or a CI log, as JSON, or as the objects the API
+server would store; own the exit status."""
 
 from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import yaml
+
 from webhook.admission.review import decode_patch
-from webhook.cli.dryrun import Result
-from webhook.loading import jsondoc
+from webhook.cli.colour import PLAIN, Palette
+from webhook.cli.dryrun import Admitted, Result
+from webhook.engine.decision import Obj
+from webhook.loading import goyaml, jsondoc
 from webhook.loading.manifests import InputError
 
 
@@ -94,8 +100,9 @@ class Report:
     ``finish`` (or ``flush``) writes what is left.
     """
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, palette: Palette = PLAIN) -> None:
         self.out: TextIO | _Gathered = out if _is_terminal(out) else _Gathered(out)
+        self.palette = palette
         self.tally, self.errors = Tally(), list[str]()
         # No result written yet: the JSON and explanations write no separator before the first.
         self.first = True
@@ -110,13 +117,13 @@ class Report:
         self.first = False
 
     def write(self, r: Result) -> None:
-        self.out.write("\n".join(text_lines(r)) + "\n")
+        self.out.write("\n".join(text_lines(r, self.palette)) + "\n")
 
     def flush(self) -> None:
         self.out.flush()
 
     def finish(self) -> ExitStatus:
-        self.out.write(_summary_line(self.tally.as_json()) + "\n")
+        self.out.write(self.palette.strong(_summary_line(self.tally.as_json())) + "\n")
         self.flush()
         return self.tally.exit_status()
 
@@ -142,11 +149,116 @@ class ExplainReport(Report):
     """Why each object got what it got, a block each."""
 
     def write(self, r: Result) -> None:
-        self.out.write(("" if self.first else "\n") + explain_block(r) + "\n")
+        self.out.write(("" if self.first else "\n") + explain_block(r, self.palette) + "\n")
 
     def finish(self) -> ExitStatus:
         self.flush()
         return self.tally.exit_status()
+
+
+class ManifestsReport:
+    """Each object as the API server would store it, as multi-document YAML in input order;
+    for each object it would refuse, a comment line on ``err`` instead."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out: TextIO | _Gathered = out if _is_terminal(out) else _Gathered(out)
+        self.err = err
+        self.refused = self.input_errors = 0
+
+    def add(self, item: Admitted | InputError) -> None:
+        if isinstance(item, InputError):
+            self.input_errors += 1
+        elif item.stored is None:
+            self.refused += 1
+            self.flush()  # the objects before it come first where both streams are one
+            where = f"{item.document.source}:{item.document.line}"
+            message = " ".join(item.refusal.split())
+            self.err.write(f"# refused: {item.title} ({where}): {message}\n")
+            self.err.flush()
+        else:
+            self._write(item, item.stored)
+
+    def _write(self, item: Admitted, stored: Obj) -> None:
+        try:
+            self.out.write("---\n" + manifest_yaml(stored))
+        except Unwritable as exc:
+            self.input_errors += 1
+            where = f"{item.document.source}:{item.document.line}"
+            self.err.write(f"error: {where}: {item.title}: {exc}: not printed\n")
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def finish(self) -> ExitStatus:
+        self.flush()
+        if self.input_errors:
+            return ExitStatus.BAD_INPUT
+        return ExitStatus.REFUSED if self.refused else ExitStatus.ALLOWED
+
+
+class Unwritable(Exception):
+    """An object that cannot be written as YAML as it was given."""
+
+
+_BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc]
+    """YAML that reads back as the same values both by YAML 1.1 and as kubectl reads it: a
+    string either would take for something else (``y`` and ``0o17`` to kubectl, ``2024-01-01``
+    to YAML 1.1) is quoted."""
+
+
+for _tag, _pattern, _first in goyaml.IMPLICIT:
+    _Dumper.add_implicit_resolver(_tag, _pattern, _first)
+
+
+def _text(dumper: Any, value: str) -> yaml.ScalarNode:
+    # Scripts and configuration files in a ConfigMap stay readable as literal blocks.
+    style = "|" if "\n" in value else None
+    node: yaml.ScalarNode = dumper.represent_scalar(goyaml.STR_TAG, value, style=style)
+    return node
+
+
+_Dumper.add_representer(str, _text)
+
+
+def manifest_yaml(obj: Obj) -> str:
+    """One object as a YAML document: keys in their order, long strings never folded.
+
+    ``Unwritable`` when it cannot be written as it was given: nested deeper than the writer
+    goes, or holding a value that was not read (see ``jsondoc``).
+    """
+    try:
+        try:
+            text = _dump(obj)
+        except UnicodeEncodeError:
+            text = _dump(_as_go_reads(obj))
+    except RecursionError:
+        raise Unwritable("nested too deeply to be written as YAML") from None
+    if any(marker in text for marker in jsondoc.UNREAD):
+        raise Unwritable("it holds a value nested too deeply or a number too long to be read")
+    return text
+
+
+def _dump(obj: Obj) -> str:
+    text: str = yaml.dump(
+        obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+        width=2**30,
+    )  # fmt: skip
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _as_go_reads(obj: Obj) -> Obj:
+    """``obj`` with each lone surrogate (``"\\ud800"`` in a JSON file) as U+FFFD, as Go's
+    JSON decoder reads it: what kubectl sends and the API server stores. UTF-8 has no
+    surrogates, so YAML cannot hold them."""
+    text = json.dumps(obj, ensure_ascii=False)
+    stored: Obj = json.loads(_SURROGATE.sub("\ufffd", text))
+    return stored
 
 
 def _is_terminal(out: TextIO) -> bool:
@@ -162,27 +274,29 @@ def _indented(value: Any, levels: int = 2) -> str:
     return text.replace("\n", "\n" + "  " * levels)
 
 
-def text_lines(r: Result) -> list[str]:
-    lines = [_headline(r)]
-    lines += [f"    refused: {v}" for v in r.decision.violations if not r.decision.allowed]
-    lines += [f"    warning: {w}" for w in r.decision.warnings]
-    lines += [f"    patch: {_op(op)}" for op in r.patch]
+def text_lines(r: Result, palette: Palette = PLAIN) -> list[str]:
+    d, p = r.decision, palette
+    lines = [_headline(r, p)]
+    lines += [f"    {p.bad('refused:')} {v}" for v in d.violations if not d.allowed]
+    lines += [f"    {p.warn('warning:')} {w}" for w in d.warnings]
+    lines += [f"    {p.change('patch:')} {_op(op)}" for op in r.patch]
     lines += [f"    answer ({hook}): {_answer(review)}" for hook, review in r.reviews.items()]
     return lines
 
 
-def explain_block(r: Result) -> str:
-    d = r.decision
-    lines = [f"{_title(r)}  ({r.document.source}:{r.document.line})"]
+def explain_block(r: Result, palette: Palette = PLAIN) -> str:
+    d, p = r.decision, palette
+    lines = [f"{p.strong(_title(r))}  ({r.document.source}:{r.document.line})"]
     if d.skipped:
-        lines.append(f"    untouched: {d.skipped}")
+        lines.append(f"    {p.dim('untouched:')} {d.skipped}")
     else:
         lines.append(f"    class: {_class_origin(r)}")
-    lines += [f"    change {c.path}: {c.message}" for c in d.changes]
+    lines += [f"    {p.change('change')} {c.path}: {c.message}" for c in d.changes]
+    refused = p.bad("refused") if not d.allowed else p.warn("would be refused")
+    lines += [f"    {refused}: {v}" for v in d.violations]
     lines += [
-        f"    {'refused' if not d.allowed else 'would be refused'}: {v}" for v in d.violations
+        f"    {p.warn('warning:')} {w}" for w in d.warnings if not w.startswith("would be refused")
     ]
-    lines += [f"    warning: {w}" for w in d.warnings if not w.startswith("would be refused")]
     if not d.skipped and not d.changes and not d.violations and d.workload_class:
         lines.append("    no change: the object already has everything its class needs")
     return "\n".join(lines)
@@ -206,14 +320,15 @@ def _title(r: Result) -> str:
     return f"{d.kind} {where}{d.name or '<unnamed>'}{template}{role}"
 
 
-def _headline(r: Result) -> str:
+def _headline(r: Result, p: Palette) -> str:
     d = r.decision
     if d.skipped:
-        verdict = f"UNTOUCHED ({d.skipped})"
+        verdict = p.dim(f"UNTOUCHED ({d.skipped})")
     elif not d.allowed:
-        verdict = "REFUSED"
+        verdict = p.bad("REFUSED")
     else:
-        verdict = "ALLOWED" + (", would be refused in enforce mode" if d.enforce_refuses else "")
+        verdict = p.good("ALLOWED")
+        verdict += p.warn(", would be refused in enforce mode") if d.enforce_refuses else ""
         verdict += "" if d.workload_class else ", unclassified: left as written"
     klass = f"  class={d.workload_class} ({d.classification.source})" if d.workload_class else ""
     return f"{r.document.source}:{r.document.line}  {_title(r)}{klass}  {verdict}"
