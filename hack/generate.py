@@ -15,6 +15,8 @@ Derived files, each from its source:
   ``manifests/base/webhooks.yaml`` and the chart's ``webhooks.workloadRules`` value, and the
   DaemonSet controllers the pod hooks' matchCondition names (the policy's
   ``spec.trustedRequesters.daemonSetControllers``);
+- the values table in ``charts/preemptguard/README.md`` from the ``# --`` comments of the chart's
+  ``values.yaml`` (helm-docs' convention);
 - ``docs/policy-reference.md`` from ``webhook/data/placementpolicy.schema.json``;
 - ``docs/cli-reference.md`` from the command's own options and help;
 - the finding codes in ``docs/cli.md`` from ``webhook.engine.findings.Code`` and the
@@ -522,6 +524,146 @@ def _anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+# --- the chart's values table --------------------------------------------------------------------
+
+# A key line of values.yaml: its indentation and the key (plain or quoted).
+VALUES_KEY = re.compile(r"^( *)([^\s#'\"-][^:#]*|\"[^\"]*\"|'[^']*'):(?:\s|$)")
+DESCRIPTION = re.compile(r"^--(?:\s+(?:\((\w+)\)\s*)?(.*))?$")
+DEFAULT = re.compile(r"^@default\s+--\s?(.*)$")
+
+
+@dataclass(frozen=True)
+class ValueDoc:
+    """What a ``# --`` comment says about the key under it (helm-docs' convention)."""
+
+    keys: tuple[str, ...]
+    value: object
+    description: str
+    type: str | None
+    default: str | None
+
+
+def chart_values_table(text: str, where: str) -> str:
+    """The Markdown table of the values ``text`` (values.yaml) documents: one row per key with a
+    ``# -- description`` comment block right above it (continued on the next comment lines;
+    ``# -- (type) description`` names the type, ``# @default -- text`` replaces the default's
+    JSON). Every value must be documented, itself or through a key above it."""
+    values = yaml.safe_load(text)
+    if not isinstance(values, dict):
+        raise GenerateError(f"{where}: not a mapping of values")
+    docs = _value_docs(text, values, where)
+    documented = {d.keys for d in docs}
+    missing = [
+        ".".join(keys)
+        for keys in _leaf_keys(values, ())
+        if not any(keys[:end] in documented for end in range(1, len(keys) + 1))
+    ]
+    if missing:
+        raise GenerateError(
+            f"{where}: no `# --` description for {', '.join(missing)}: add one above the key "
+            "(or above a key that holds it)"
+        )
+    lines = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+    for doc in docs:
+        default = doc.default if doc.default is not None else f"`{_json(doc.value)}`"
+        kind = doc.type or _value_type(doc.value)
+        cells = [f"`{'.'.join(doc.keys)}`", kind, default, doc.description]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _value_docs(text: str, values: Mapping[str, Any], where: str) -> list[ValueDoc]:
+    docs: list[ValueDoc] = []
+    stack: list[tuple[int, str]] = []
+    comments: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped:
+            comments = []
+            continue
+        if stripped.startswith("#"):
+            comments.append(stripped[1:].strip())
+            continue
+        found = VALUES_KEY.match(line)
+        pending, comments = comments, []
+        if found is None:
+            continue  # a list item, or a value continued
+        indent, key = len(found.group(1)), found.group(2).strip().strip("\"'")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = [k for _, k in stack] + [key]
+        held = _held(values, path)
+        if held is _ABSENT:
+            continue  # a key inside a list item: part of a value
+        stack.append((indent, key))
+        doc = _parse_comment(pending, tuple(path), held, f"{where}:{number}")
+        if doc is not None:
+            docs.append(doc)
+    return docs
+
+
+_ABSENT = object()
+
+
+def _held(values: Mapping[str, Any], path: Sequence[str]) -> object:
+    """The value at ``path`` through mappings only, or ``_ABSENT``."""
+    node: object = values
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
+
+
+def _parse_comment(
+    lines: Sequence[str], keys: tuple[str, ...], value: object, where: str
+) -> ValueDoc | None:
+    start = next((i for i, line in enumerate(lines) if DESCRIPTION.match(line)), None)
+    if start is None:
+        return None
+    found = DESCRIPTION.match(lines[start])
+    assert found is not None  # found by that match
+    kind, words, default = found.group(1), [found.group(2) or ""], None
+    for line in lines[start + 1 :]:
+        override = DEFAULT.match(line)
+        if override is not None:
+            default = override.group(1).strip()
+        else:
+            words.append(line)
+    description = " ".join(" ".join(words).split())
+    if not description:
+        raise GenerateError(f"{where}: the `# --` comment of {'.'.join(keys)} says nothing")
+    return ValueDoc(keys, value, description, kind, default)
+
+
+def _leaf_keys(values: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The keys of every value that is not a mapping of further values."""
+    for key, value in values.items():
+        keys = (*prefix, str(key))
+        if isinstance(value, Mapping) and value:
+            yield from _leaf_keys(value, keys)
+        else:
+            yield keys
+
+
+def _value_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, Mapping):
+        return "object"
+    return "string"
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 # --- the CLI reference -------------------------------------------------------------------------
 
 
@@ -717,6 +859,7 @@ ALERT_RULES = "manifests/components/prometheus-rules/prometheus-rules.yaml"
 ALERT_RULES_COPY = "charts/preemptguard/files/monitoring/prometheus-rules.yaml"
 WEBHOOKS = "manifests/base/webhooks.yaml"
 VALUES = "charts/preemptguard/values.yaml"
+CHART_README = "charts/preemptguard/README.md"
 CLI_PAGE = "docs/cli.md"
 ADMISSION_PAGE = "docs/admission-policies.md"
 
@@ -742,6 +885,9 @@ def outputs(root: Path) -> Iterator[Output]:
     values = with_rules((root / VALUES).read_text(), rules, r"^\s*workloadRules:\s*$", None, VALUES)
     _same_rules([yaml.safe_load(values)["webhooks"]["workloadRules"]], [rules], VALUES)
     yield Output(VALUES, values.encode(), f"{DEFAULT_POLICY} (workloadKinds)")
+    table = chart_values_table(values, VALUES)
+    readme = replace_block((root / CHART_README).read_text(), "values", table, CHART_README)
+    yield Output(CHART_README, readme.encode(), f"{VALUES} (its `# --` comments)")
     schema = json.loads((root / SCHEMA).read_text())
     yield Output("docs/policy-reference.md", policy_reference(schema).encode(), SCHEMA)
     yield Output("docs/cli-reference.md", cli_reference().encode(), "webhook/cli/")

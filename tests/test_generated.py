@@ -66,6 +66,8 @@ def test_the_check_names_each_stale_file_and_generate_mends_them(tmp_path: Path)
     )
     reference = tmp_path / "docs/policy-reference.md"
     reference.unlink()
+    readme = tmp_path / "charts/preemptguard/README.md"
+    readme.write_text(readme.read_text().replace("| `replicas` |", "| `replica` |", 1))
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 
     proc = generate("--check", *root)
@@ -81,6 +83,7 @@ def test_the_check_names_each_stale_file_and_generate_mends_them(tmp_path: Path)
             "charts/preemptguard/files/monitoring/prometheus-rules.yaml",
             "docs/cli.md",
             "docs/policy-reference.md",
+            "charts/preemptguard/README.md",
         ]
     ), proc.stdout
     assert "run `make generate`" in proc.stderr
@@ -89,7 +92,7 @@ def test_the_check_names_each_stale_file_and_generate_mends_them(tmp_path: Path)
     assert generate(*root).returncode == 0
     assert generate("--check", *root).returncode == 0
     assert not extra.exists()
-    for path in (chart_policy, mutating, webhooks, cli, reference):
+    for path in (chart_policy, mutating, webhooks, cli, reference, readme):
         assert path.read_bytes() == (REPO / path.relative_to(tmp_path)).read_bytes(), path
     assert (
         tmp_path / "charts/preemptguard/files/monitoring/prometheus-rules.yaml"
@@ -118,3 +121,34 @@ def test_a_finding_code_without_a_description_stops_the_generator() -> None:
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "add reserved-priority-class" in proc.stderr
+
+
+def test_the_chart_values_table_is_the_values_comments(tmp_path: Path) -> None:
+    """The values table in the chart's README is generated from the `# --` comments in its
+    values.yaml: a changed comment makes it stale, and a value without one stops the generator."""
+    copy_tree(tmp_path)
+    root = ["--root", str(tmp_path)]
+    values = tmp_path / "charts/preemptguard/values.yaml"
+    readme = tmp_path / "charts/preemptguard/README.md"
+    text = values.read_text()
+    assert "\n# -- Webhook replicas, spread across standard nodes;" in text
+    values.write_text(
+        text.replace("# -- Webhook replicas, spread", "# -- How many replicas, spread")
+    )
+
+    proc = generate("--check", *root)
+
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "stale: charts/preemptguard/README.md (from charts/preemptguard/values.yaml (its `# --` "
+        "comments))"
+    ], proc.stdout
+    assert generate(*root).returncode == 0
+    assert "| `replicas` | int | `2` | How many replicas, spread across standard nodes;" in (
+        readme.read_text()
+    )
+
+    values.write_text(values.read_text() + "\n# Not a description.\nnewValue:\n  inner: 1\n")
+    proc = generate("--check", *root)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no `# --` description for newValue.inner" in proc.stderr

@@ -1,19 +1,22 @@
-"""The Helm chart installed for real: ``helm install`` (helm v4) into the control plane with
-self-managed certificates issued by ``preemptguard certs``, every object accepted and the
-webhook's own pods placed on standard nodes; a second ``helm upgrade`` with the same values
-changes no object; the installed webhook configurations, pointed at a ``preemptguard serve``
-running on the policy and with the service account the chart installed, place pods; and
-``helm uninstall`` removes everything.
+"""The Helm chart installed for real: ``helm install --namespace <ns> --create-namespace``
+(helm v4) into the control plane with self-managed certificates issued by ``preemptguard
+certs``, every object accepted and the webhook's own pods placed on standard nodes, under the
+``restricted`` Pod Security level; a second ``helm upgrade`` with the same values changes no
+object; the installed webhook configurations, pointed at a ``preemptguard serve`` running on the
+policy and with the service account the chart installed, place pods; the ``helm test`` pod is
+placed as the webhook's pods are, and its check passes against that server; and ``helm
+uninstall`` removes everything it installed, leaving the namespace it did not create.
 
-Each install has a name and namespace of its own (values ``name`` and ``namespace.name``): the
-session's fixtures already hold ``preemptguard`` objects in ``preemptguard-system``, which Helm
-would refuse to adopt. The release record is kept in ``default``: the chart creates its own
-namespace. 1.37 only: the chart targets Kubernetes 1.30 and later (the Deployment's preStop
-sleep; tests/test_helm_chart.py validates the objects against the 1.30 schema).
+Each install has a release and a namespace of its own, and so objects named after it
+(``<release>-preemptguard``): the session's fixtures already hold ``preemptguard`` objects in
+``preemptguard-system``, which Helm would refuse to adopt. The release record is kept in the
+release's namespace. 1.37 only: the chart targets Kubernetes 1.30 and later (the Deployment's
+preStop sleep; tests/test_helm_chart.py validates the objects against the 1.30 schema).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,7 +49,6 @@ pytestmark = [
     ),
 ]
 
-RELEASE_NAMESPACE = "default"
 WEBHOOK_PODS = "app.kubernetes.io/name=preemptguard,app.kubernetes.io/component=webhook"
 # kind -> (API path prefix, resource, namespaced) for every kind the chart renders.
 KINDS = {
@@ -124,17 +126,26 @@ class Install:
     values: list[str]
 
     @property
+    def fullname(self) -> str:
+        """What the chart names its objects: the release's name and the chart's."""
+        return f"{self.name}-preemptguard"
+
+    @property
     def release(self) -> list[str]:
-        return [self.name, str(CHART), "--namespace", RELEASE_NAMESPACE, *self.values]
+        return [self.name, str(CHART), "--namespace", self.namespace, *self.values]
 
     def manifest(self, revision: int | None = None) -> list[dict[str, Any]]:
-        args = ["get", "manifest", self.name, "--namespace", RELEASE_NAMESPACE]
+        args = ["get", "manifest", self.name, "--namespace", self.namespace]
         if revision is not None:
             args += ["--revision", str(revision)]
         return [doc for doc in yaml.safe_load_all(self.helm(*args)) if doc]
 
+    def hooks(self) -> list[dict[str, Any]]:
+        out = self.helm("get", "hooks", self.name, "--namespace", self.namespace)
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
     def status(self) -> dict[str, Any]:
-        out = self.helm("status", self.name, "--namespace", RELEASE_NAMESPACE, "-o", "json")
+        out = self.helm("status", self.name, "--namespace", self.namespace, "-o", "json")
         status: dict[str, Any] = yaml.safe_load(out)
         return status
 
@@ -144,7 +155,7 @@ def helm_cli(control_plane: ControlPlane, tmp_path: Path) -> Helm:
     return Helm(control_plane.kubeconfig, tmp_path / "helm")
 
 
-def issue_certs(name: str, namespace: str, out: Path) -> list[str]:
+def issue_certs(service: str, namespace: str, out: Path) -> list[str]:
     """``preemptguard certs`` as the README says, and the chart values that pass its output."""
     subprocess.run(
         [
@@ -153,7 +164,7 @@ def issue_certs(name: str, namespace: str, out: Path) -> list[str]:
             "webhook",
             "certs",
             "--service",
-            name,
+            service,
             "--namespace",
             namespace,
             "--out",
@@ -163,8 +174,6 @@ def issue_certs(name: str, namespace: str, out: Path) -> list[str]:
         capture_output=True,
     )
     return [
-        "--set", f"name={name}",
-        "--set", f"namespace.name={namespace}",
         "--set", "certificates.mode=self-managed",
         "--set-file", f"certificates.selfManaged.tlsCrt={out / 'tls.crt'}",
         "--set-file", f"certificates.selfManaged.tlsKey={out / 'tls.key'}",
@@ -173,19 +182,18 @@ def issue_certs(name: str, namespace: str, out: Path) -> list[str]:
 
 
 def uninstall(kube: Kube, install: Install, objects: list[dict[str, Any]]) -> None:
-    """``helm uninstall``: every object of the release deleted, its Namespace terminating.
+    """``helm uninstall``: every object of the release deleted, the namespace left as it was.
 
-    No namespace controller runs here, and no kubelet confirms pod deletions, so what they would
-    do next is done by hand: the webhook's pods (left by the garbage collector with a deletion
-    timestamp) deleted with grace 0, then the namespace finalized.
+    No kubelet confirms pod deletions here, so what it would do next is done by hand: the
+    webhook's pods, left by the garbage collector with a deletion timestamp, deleted with
+    grace 0.
     """
-    install.helm("uninstall", install.name, "--namespace", RELEASE_NAMESPACE)
-    others = [o for o in objects if o["kind"] != "Namespace"]
+    install.helm("uninstall", install.name, "--namespace", install.namespace)
     left: list[str] = []
 
     def deleted() -> bool:
         left[:] = [
-            f"{o['kind']}/{o['metadata']['name']}" for o in others if kube.exists(object_path(o))
+            f"{o['kind']}/{o['metadata']['name']}" for o in objects if kube.exists(object_path(o))
         ]
         return not left
 
@@ -193,14 +201,11 @@ def uninstall(kube: Kube, install: Install, objects: list[dict[str, Any]]) -> No
         wait_until(deleted, timeout=30, what=f"the objects of the release {install.name} deleted")
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: left {left}") from None
-    if any(o["kind"] == "ValidatingAdmissionPolicy" for o in others):
+    if any(o["kind"] == "ValidatingAdmissionPolicy" for o in objects):
         probe = cluster.unique("probe")
         cluster.create_namespace(kube, probe)
         cluster.wait_admission_policies_gone(kube, probe)
     ns_path = f"/api/v1/namespaces/{install.namespace}"
-    namespace = kube.get(ns_path)
-    assert namespace["metadata"].get("deletionTimestamp"), namespace["status"]
-
     pods = f"{ns_path}/pods"
 
     def no_pods() -> bool:
@@ -212,9 +217,18 @@ def uninstall(kube: Kube, install: Install, objects: list[dict[str, Any]]) -> No
         )
 
     wait_until(no_pods, timeout=30, what=f"the pods in {install.namespace} deleted")
+
+
+def delete_namespace(kube: Kube, name: str) -> None:
+    """The test's namespace deleted; no namespace controller runs here, so finalized by hand."""
+    path = f"/api/v1/namespaces/{name}"
+    if not kube.exists(path):
+        return
+    kube.delete(path, grace_seconds=None)
+    namespace = kube.get(path)
     namespace["spec"]["finalizers"] = []
-    kube.call("PUT", f"{ns_path}/finalize", namespace)
-    wait_until(lambda: not kube.exists(ns_path), timeout=30, what=f"{install.namespace} deleted")
+    kube.call("PUT", f"{path}/finalize", namespace)
+    wait_until(lambda: not kube.exists(path), timeout=30, what=f"{name} deleted")
 
 
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -236,9 +250,9 @@ def installed(
     cluster's (from the kustomize base, for the other tests' webhook) step aside for the
     install and are put back after it."""
     name = cluster.unique("helm")
-    install = Install(
-        helm_cli, name, f"{name}-system", issue_certs(name, f"{name}-system", tmp_path / "certs")
-    )
+    namespace = f"{name}-system"
+    install = Install(helm_cli, name, namespace, [])
+    install.values = issue_certs(install.fullname, namespace, tmp_path / "certs")
     fixed = [
         o
         for o in base_objects
@@ -248,14 +262,13 @@ def installed(
     for obj in fixed:
         _remove_class(kube, obj["metadata"]["name"])
     try:
-        helm_cli("install", *install.release)
+        helm_cli("install", *install.release, "--create-namespace")
         objects = install.manifest()
         yield install
-        if helm_cli(
-            "list", "--namespace", RELEASE_NAMESPACE, "--short", "--filter", f"^{name}$"
-        ).strip():
+        if helm_cli("list", "--namespace", namespace, "--short", "--filter", f"^{name}$").strip():
             uninstall(kube, install, objects)
     finally:
+        delete_namespace(kube, namespace)
         for obj in fixed:
             class_name = obj["metadata"]["name"]
             if kube.exists(f"{PRIORITY_CLASSES}/{class_name}"):
@@ -281,7 +294,7 @@ def test_install_creates_every_object_and_an_upgrade_with_the_same_values_change
     objects = installed.manifest()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Secret",
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Secret",
          "Service", "PriorityClass", "PriorityClass", "PriorityClass", "Deployment",
          "PodDisruptionBudget",
          "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
@@ -295,13 +308,29 @@ def test_install_creates_every_object_and_an_upgrade_with_the_same_values_change
         assert meta["annotations"]["meta.helm.sh/release-name"] == installed.name, obj["kind"]
         if obj["kind"] in {"Deployment", "Service", "PodDisruptionBudget"}:
             assert live["spec"]["selector"] == obj["spec"]["selector"], obj["kind"]
+        if "namespace" in obj["metadata"]:
+            assert meta["namespace"] == installed.namespace, obj["kind"]
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"} == {
+        installed.fullname
+    }
 
-    # The chart's Deployment runs: its pods pass the namespace's restricted Pod Security level
-    # and are scheduled onto standard nodes only (the fake nodes have no kubelet to start them).
+    # The chart's Deployment runs: its pods are scheduled onto standard nodes only (the fake
+    # nodes have no kubelet to start them), with the webhook's PriorityClass, which the chart's
+    # admission policy reserves to this namespace, and they meet the restricted Pod Security
+    # level the README has the namespace labelled with (the API server warns of pods that do
+    # not).
     pods = cluster.wait_pods_scheduled(kube, installed.namespace, WEBHOOK_PODS, 2)
     assert {nodes[p["spec"]["nodeName"]] for p in pods} == {STANDARD}
-    namespace = kube.get(f"/api/v1/namespaces/{installed.namespace}")
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert {p["spec"]["priorityClassName"] for p in pods} == {installed.fullname}
+    ns_path = f"/api/v1/namespaces/{installed.namespace}"
+    labelled = kube.call(
+        "PATCH",
+        ns_path,
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert labelled.warnings == [], labelled.warnings
+    assert_class_reserved_to(kube, installed)
 
     before = {(o["kind"], o["metadata"]["name"]): version_of(kube, o) for o in objects}
     installed.helm("upgrade", *installed.release)
@@ -311,8 +340,39 @@ def test_install_creates_every_object_and_an_upgrade_with_the_same_values_change
     assert after == before
     assert len(cluster.pods_with_labels(kube, installed.namespace, WEBHOOK_PODS)) == 2
 
+    # The release's record is kept in its namespace. That namespace was --create-namespace's,
+    # not the chart's: it stays, and only the release's objects (its record included) go.
+    records = f"{ns_path}/secrets"
+    selector = f"owner=helm,name={installed.name}"
+    assert len(kube.get(records, labelSelector=selector)["items"]) == 2
     uninstall(kube, installed, objects)
-    assert not kube.exists(f"/api/v1/namespaces/{installed.namespace}")
+    namespace = kube.get(ns_path)
+    assert "deletionTimestamp" not in namespace["metadata"]
+    assert namespace["status"]["phase"] == "Active"
+    assert kube.get(records, labelSelector=selector)["items"] == []
+
+
+def assert_class_reserved_to(kube: Kube, installed: Install) -> None:
+    """The chart's admission policy refuses the webhook's PriorityClass outside the release's
+    namespace: the chart wrote the policy for this release's names."""
+    probe = cluster.unique("probe")
+    cluster.create_namespace(kube, probe)
+    pod = cluster.pod("class-probe", priorityClassName=installed.fullname)
+    refusal: list[str] = []
+
+    def refused() -> bool:
+        try:
+            kube.create(f"/api/v1/namespaces/{probe}/pods", pod, dry_run=True)
+        except KubeError as exc:
+            refusal[:] = [exc.message]
+            return "ValidatingAdmissionPolicy 'preemptguard-default'" in exc.message
+        return False
+
+    wait_until(refused, timeout=30, what="the chart's admission policy active")
+    assert (
+        f"priorityClassName '{installed.fullname}' is reserved for pods in {installed.namespace}"
+        in refusal[0]
+    ), refusal
 
 
 @pytest.fixture
@@ -325,13 +385,13 @@ def chart_server(
     (configmap,) = (o for o in objects if o["kind"] == "ConfigMap")
     live_configmap = kube.get(object_path(configmap))
     token = kube.create(
-        f"/api/v1/namespaces/{installed.namespace}/serviceaccounts/{installed.name}/token",
+        f"/api/v1/namespaces/{installed.namespace}/serviceaccounts/{installed.fullname}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     ).body["status"]["token"]
     work = tmp_path / "server"
     work.mkdir()
     kubeconfig = write_kubeconfig(
-        work / "kubeconfig", control_plane.server, control_plane.ca_file, token, installed.name
+        work / "kubeconfig", control_plane.server, control_plane.ca_file, token, installed.fullname
     )
     try:
         server = start_server(work, [live_configmap], kubeconfig)
@@ -388,3 +448,58 @@ def test_the_installed_webhook_configurations_place_pods(
     cluster.wait_pods_scheduled(kube, installed.namespace, WEBHOOK_PODS, 2)
     assert not chart_server.admissions(installed.namespace)
     cluster.delete_pods(kube, namespace, ["batch"])
+
+
+def test_the_helm_test_pod_is_placed_as_the_webhook_and_its_check_passes(
+    kube: Kube,
+    nodes: dict[str, str],
+    installed: Install,
+    chart_server: WebhookServer,
+) -> None:
+    """``helm test``'s pod: not created by the install; scheduled, as the webhook's pods are,
+    onto a standard node, under the restricted Pod Security level; asking the Service the hooks
+    name. No kubelet runs it here: its command runs on this machine instead, against the
+    server running the installed policy, and passes."""
+    (pod,) = [o for o in installed.hooks() if o["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    pods = f"/api/v1/namespaces/{installed.namespace}/pods"
+    name = pod["metadata"]["name"]
+    assert not kube.exists(f"{pods}/{name}")
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    service = kube.get(f"/api/v1/namespaces/{installed.namespace}/services/{installed.fullname}")
+    assert {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]} >= {(443, "https")}
+    assert env["WEBHOOK_URL"] == (
+        f"https://{installed.fullname}.{installed.namespace}.svc:443/mutate"
+    )
+
+    kube.merge_patch(
+        f"/api/v1/namespaces/{installed.namespace}",
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    kube.create(pods, pod)
+    try:
+        bound = cluster.wait_scheduled(kube, installed.namespace, name)
+        assert nodes[bound["spec"]["nodeName"]] == STANDARD
+    finally:
+        cluster.delete_pods(kube, installed.namespace, [name])
+
+    assert container["command"][:2] == ["python3", "-c"]
+    proc = subprocess.run(
+        [sys.executable, "-c", container["command"][2]],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            **env,
+            "WEBHOOK_URL": f"{chart_server.url}/mutate",
+            "CA_PEM": chart_server.ca_file.read_text(),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "allowed=True, with a patch" in proc.stdout, proc.stdout
+    (review,) = chart_server.admissions("default", "preemptguard-helm-test")
+    assert review["hook"] == "mutate"
+    assert review["dry_run"] is True

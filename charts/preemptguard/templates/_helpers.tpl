@@ -1,14 +1,53 @@
 {{/*
-Names. Every object is named from .Values.name, never from the release name, so that the chart
-and the kustomize manifests name the same objects and `preemptguard certs --service <name>`
-issues a certificate for the Service the chart makes.
+Names, with the usual semantics: "preemptguard.name" is the chart's name (nameOverride), the
+app.kubernetes.io/name label; "preemptguard.fullname" names the objects: fullnameOverride, else
+the release name when it contains the chart's name, else <release>-<name>, cut to 63
+characters. Release "preemptguard" names the objects as the kustomize manifests do, and
+`preemptguard certs --service <fullname>` issues a certificate for the Service the chart makes.
 */}}
 {{- define "preemptguard.name" -}}
-{{- .Values.name -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "preemptguard.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The observer's objects; its Service's name is a DNS label too (63 characters). */}}
+{{- define "preemptguard.observerName" -}}
+{{- printf "%s-observer" (include "preemptguard.fullname" . | trunc 54 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "preemptguard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Every namespaced object goes into the release's namespace (helm install --namespace). */}}
 {{- define "preemptguard.namespace" -}}
-{{- .Values.namespace.name -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+Values of chart 0.1 that are gone: accepted only where they say what the chart does anyway, so
+that a values file written for 0.1 fails with what to change rather than doing something else.
+*/}}
+{{- define "preemptguard.removedValues" -}}
+{{- if and (hasKey .Values "name") (ne (toString .Values.name) (include "preemptguard.fullname" .)) -}}
+{{- fail (printf "name was removed: objects are named after the release (here %s); set fullnameOverride=%s to keep the name %s" (include "preemptguard.fullname" .) (toString .Values.name) (toString .Values.name)) -}}
+{{- end -}}
+{{- $ns := .Values.namespace | default dict -}}
+{{- if and (hasKey $ns "name") (ne (toString $ns.name) .Release.Namespace) -}}
+{{- fail (printf "namespace.name was removed: every object goes into the release's namespace (%s); install with `helm install --namespace %s --create-namespace`" .Release.Namespace (toString $ns.name)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -21,16 +60,82 @@ app.kubernetes.io/part-of: preemptguard
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+helm.sh/chart: {{ include "preemptguard.chart" . }}
 {{- end -}}
 
 {{- define "preemptguard.selectorLabels" -}}
-app.kubernetes.io/name: preemptguard
+app.kubernetes.io/name: {{ include "preemptguard.name" . }}
 app.kubernetes.io/component: webhook
 {{- end -}}
 
+{{/* The webhook pods' labels: podLabels, then the selector's (which podLabels cannot change). */}}
+{{- define "preemptguard.podLabels" -}}
+{{- $selector := include "preemptguard.selectorLabels" . | fromYaml -}}
+{{- toYaml (merge (dict) $selector (.Values.podLabels | default dict)) -}}
+{{- end -}}
+
+{{/* priorityClassName, else the chart's own class where it makes one. */}}
+{{- define "preemptguard.priorityClassName" -}}
+{{- if .Values.priorityClassName -}}
+{{- .Values.priorityClassName -}}
+{{- else if .Values.priorityClass.create -}}
+{{- include "preemptguard.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The webhook's node affinity: never on preemptible nodes. The NotIn is ANDed into each required
+term of affinity.nodeAffinity (or is the one term); preferred terms are affinity's.
+*/}}
+{{- define "preemptguard.nodeAffinity" -}}
+{{- $user := deepCopy ((.Values.affinity | default dict).nodeAffinity | default dict) -}}
+{{- $notPreemptible := dict "key" "together.ai/compute-class" "operator" "NotIn" "values" (list "preemptible") -}}
+{{- $required := $user.requiredDuringSchedulingIgnoredDuringExecution | default dict -}}
+{{- $terms := list -}}
+{{- range ($required.nodeSelectorTerms | default (list dict)) -}}
+{{- $term := deepCopy . -}}
+{{- $_ := set $term "matchExpressions" (concat (list $notPreemptible) ($term.matchExpressions | default list)) -}}
+{{- $terms = append $terms $term -}}
+{{- end -}}
+{{- $_ := set $user "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms) -}}
+{{- toYaml $user -}}
+{{- end -}}
+
+{{/*
+The webhook pods' affinity: the node affinity above; one replica per node where possible
+(preferred), then affinity's own pod (anti-)affinity terms.
+*/}}
+{{- define "preemptguard.affinity" -}}
+{{- $user := deepCopy (.Values.affinity | default dict) -}}
+{{- $spread := dict "weight" 100 "podAffinityTerm" (dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "preemptguard.selectorLabels" . | fromYaml))) -}}
+{{- $anti := $user.podAntiAffinity | default dict -}}
+{{- $_ := set $anti "preferredDuringSchedulingIgnoredDuringExecution" (concat (list $spread) ($anti.preferredDuringSchedulingIgnoredDuringExecution | default list)) -}}
+{{- $_ = set $user "podAntiAffinity" $anti -}}
+{{- $_ = set $user "nodeAffinity" (include "preemptguard.nodeAffinity" . | fromYaml) -}}
+{{- toYaml $user -}}
+{{- end -}}
+
+{{/* Across zones where possible, then topologySpreadConstraints (selecting the webhook's pods by default). */}}
+{{- define "preemptguard.topologySpreadConstraints" -}}
+{{- $selector := dict "matchLabels" (include "preemptguard.selectorLabels" . | fromYaml) -}}
+{{- $constraints := list (dict "maxSkew" 1 "topologyKey" "topology.kubernetes.io/zone" "whenUnsatisfiable" "ScheduleAnyway" "labelSelector" $selector) -}}
+{{- range .Values.topologySpreadConstraints -}}
+{{- $constraint := deepCopy . -}}
+{{- if not (hasKey $constraint "labelSelector") -}}
+{{- $_ := set $constraint "labelSelector" $selector -}}
+{{- end -}}
+{{- $constraints = append $constraints $constraint -}}
+{{- end -}}
+{{- toYaml $constraints -}}
+{{- end -}}
+
+{{/* image.digest, when set, pins the image (repository@digest); else the tag or appVersion. */}}
 {{- define "preemptguard.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -44,6 +149,22 @@ has, so the hash depends on the content alone.
 {{- toJson . | sha256sum | trunc 10 | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
 {{- end -}}
 
+{{/*
+The chart's own policy files and their admission policies (not policy.content nor
+admissionPolicies.content, which are yours) name the webhook's namespace, preemptguard-system,
+where the pods must never wait on the hooks and alone may use the webhook's PriorityClass,
+preemptguard: written here as the release's namespace and the PriorityClass the chart makes, as
+`preemptguard export` writes them for a policy naming those (tests/test_helm_chart.py compares).
+Release "preemptguard" in preemptguard-system changes nothing. (list $ text)
+*/}}
+{{- define "preemptguard.ownNames" -}}
+{{- $ := index . 0 -}}
+{{- $fullname := include "preemptguard.fullname" $ -}}
+{{- $text := regexReplaceAll "\\bpreemptguard-system\\b" (index . 1) (include "preemptguard.namespace" $) -}}
+{{- $text = regexReplaceAll "(?m)^([ \\t]*-[ \\t]*name:[ \\t]*)preemptguard[ \\t]*$" $text (printf "${1}%s" $fullname) -}}
+{{- $text | replace "'preemptguard'" (printf "'%s'" $fullname) -}}
+{{- end -}}
+
 {{/* The policy ConfigMap's data: file name -> content. */}}
 {{- define "preemptguard.policyData" -}}
 {{- $data := dict -}}
@@ -51,7 +172,7 @@ has, so the hash depends on the content alone.
 {{- $_ := set $data "policy.yaml" .Values.policy.content -}}
 {{- else -}}
 {{- range $path, $_ := .Files.Glob .Values.policy.path -}}
-{{- $_ := set $data (base $path) (toString ($.Files.Get $path)) -}}
+{{- $_ := set $data (base $path) (include "preemptguard.ownNames" (list $ (toString ($.Files.Get $path)))) -}}
 {{- end -}}
 {{- end -}}
 {{- if not $data -}}
@@ -67,7 +188,7 @@ has, so the hash depends on the content alone.
 {{- end -}}
 
 {{- define "preemptguard.policyConfigMapName" -}}
-{{- $base := printf "%s-policies" (include "preemptguard.name" .) -}}
+{{- $base := printf "%s-policies" (include "preemptguard.fullname" .) -}}
 {{- $data := include "preemptguard.policyData" . | fromJson -}}
 {{- printf "%s-%s" $base (include "preemptguard.kustomizeHash" (dict "kind" "ConfigMap" "name" "" "data" $data)) -}}
 {{- end -}}
@@ -75,7 +196,7 @@ has, so the hash depends on the content alone.
 {{/* Self-managed certificates: checked once, here. */}}
 {{- define "preemptguard.selfManaged" -}}
 {{- $c := .Values.certificates.selfManaged -}}
-{{- $issue := printf "preemptguard certs --service %s --namespace %s --out certs" (include "preemptguard.name" .) (include "preemptguard.namespace" .) -}}
+{{- $issue := printf "preemptguard certs --service %s --namespace %s --out certs" (include "preemptguard.fullname" .) (include "preemptguard.namespace" .) -}}
 {{- if not $c.caCrt -}}
 {{- fail (printf "certificates.selfManaged.caCrt is required in self-managed mode (the CA for every webhook's caBundle): issue certificates with `%s`, then pass --set-file certificates.selfManaged.caCrt=certs/ca.crt (and tlsCrt=certs/tls.crt, tlsKey=certs/tls.key), or use certificates.mode=cert-manager" $issue) -}}
 {{- end -}}
@@ -116,7 +237,7 @@ caBundle kustomize copies from the Secret include them.
 
 {{/* The Secret the server reads its serving pair from. */}}
 {{- define "preemptguard.tlsSecretName" -}}
-{{- $base := printf "%s-tls" (include "preemptguard.name" .) -}}
+{{- $base := printf "%s-tls" (include "preemptguard.fullname" .) -}}
 {{- if eq .Values.certificates.mode "cert-manager" -}}
 {{- $base -}}
 {{- else if .Values.certificates.selfManaged.existingSecret -}}
