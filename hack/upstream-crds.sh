@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Provide the upstream CustomResourceDefinitions of the GPU operators' workload kinds and print
-# the directory that holds them: <dir>/<project>/<file>.yaml, each file byte for byte as the
-# project publishes it, and <dir>/SOURCES.tsv (module, version, go.sum hash, commit, path).
+# Provide the upstream CustomResourceDefinitions of the GPU operators' workload kinds, and those
+# of OpenReports (the policy reports `preemptguard audit --report` writes), and print the
+# directory that holds them: <dir>/<project>/<file>.yaml, each file byte for byte as the project
+# publishes it, and <dir>/SOURCES.tsv (module, version, go.sum hash, commit, path).
 #
 # The CRD files live inside Go modules that the Go module proxy serves (the same proxy and
 # module cache as hack/control-plane-binaries-1.37.sh): `go mod download` fetches each module
@@ -36,6 +37,7 @@ modules=(
   "kubeflow-training-operator|github.com/kubeflow/training-operator|v1.8.1|h1:mVvoBSCInbMBX0gGSn4+Ihj3ycwoLO1iEAw+0qPhQfc=|manifests/base/crds/kubeflow.org_pytorchjobs.yaml manifests/base/crds/kubeflow.org_tfjobs.yaml manifests/base/crds/kubeflow.org_xgboostjobs.yaml manifests/base/crds/kubeflow.org_paddlejobs.yaml manifests/base/crds/kubeflow.org_mpijobs.yaml"
   "kubeflow-trainer|github.com/kubeflow/trainer/v2|v2.3.0|h1:Je+e7zvTLzB4qW09J1fB7pZrqvPtWuGng2NqdN5p5QU=|manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
   "volcano|volcano.sh/volcano|v1.15.1|h1:M0iGzhy1dvod2GFy1QiyWdv1jmmNfHW4+2WoRU7CIAk=|config/crd/volcano/bases/batch.volcano.sh_jobs.yaml config/crd/volcano/bases/batch.volcano.sh_cronjobs.yaml config/crd/jobflow/bases/flow.volcano.sh_jobtemplates.yaml config/crd/jobflow/bases/flow.volcano.sh_jobflows.yaml"
+  "openreports|github.com/openreports/reports-api|v0.2.1|h1:g9KS3yle9Y1elmww4TK9EkD1rl6inIaiIJPX6e+u680=|config/crd/openreports.io_reports.yaml config/crd/openreports.io_clusterreports.yaml"
 )
 
 tag=""

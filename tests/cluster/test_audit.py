@@ -1,5 +1,6 @@
 """``preemptguard audit`` against the fake API server: what it finds, how it reads the cluster
-(one paginated pass, nothing per object), its output and exit status, and its PolicyReports."""
+(one paginated pass, nothing per object), its output and exit status, and its wgpolicyk8s.io
+PolicyReports (its OpenReports: ``test_reports.py``)."""
 
 from __future__ import annotations
 
@@ -431,7 +432,8 @@ def test_the_command_exits_1_on_findings_and_prints_them_like_check(
     )
     out = _run(fake, tmp_path, "-o", "json")
     doc = json.loads(out.stdout)
-    assert set(doc) == {"results", "summary", "notes", "reports"}
+    assert set(doc) == {"results", "summary", "notes", "reports", "reportApi"}
+    assert (doc["reports"], doc["reportApi"]) == ([], None)
     first = doc["results"][0]
     check_keys = {"kind", "namespace", "name", "class", "source", "sourceDetail", "allowed",
                   "refused", "skipped", "reasons", "warnings", "changes", "findings", "patch"}  # fmt: skip
@@ -512,7 +514,8 @@ def test_reports_follow_the_policyreport_schema_one_per_namespace(
     cluster = connect()
     result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
     written = reports.write(cluster, result, policy, now=1_900_000_000)
-    assert written == ["research", "team"]  # kube-system: everything there is left alone
+    # kube-system: everything there is left alone
+    assert written == ["research/preemptguard", "team/preemptguard"]
     team = fake.get("PolicyReport", "preemptguard", "team")
     assert team is not None
     jsonschema.validate(team, _schema())
@@ -544,18 +547,42 @@ def test_a_namespace_that_became_clean_gets_an_empty_report(
     assert research is not None
     assert research["results"] == []
     assert research["summary"]["fail"] == 0
+    # The same again, later: nothing to write (the results' timestamps aside, nothing changed).
+    fake.reset_requests()
+    assert reports.write(cluster, second, policy, now=3) == ["team/preemptguard"]
+    assert {r.method for r in fake.requests} == {"GET"}
 
 
 def test_results_past_the_limit_are_counted_and_said_to_be_missing(policy: Policy) -> None:
     many = [pod(f"p{i}", workload="interruptible", node_name="std-1") for i in range(1100)]
     snap = auditing.Snapshot(pods=many, nodes=[node("std-1", "standard")])
     result = auditing.audit(snap, policy)
-    report = reports.build(result, policy, now=0)["team"]
+    report = reports.build(result, policy, now=0)[("team", "preemptguard")]
     assert report["summary"]["fail"] == 2200
-    assert len(report["results"]) == reports.MAX_RESULTS + 1
+    assert report["summary"]["warn"] == 1
+    assert len(report["results"]) == reports.MAX_RESULTS
     assert report["results"][-1]["rule"] == "truncated"
-    assert "1200 more findings" in report["results"][-1]["message"]
+    assert report["results"][-1]["message"] == (
+        "1201 more findings are not listed here: run `preemptguard audit -n team` to see them all"
+    )
     jsonschema.validate(report, _schema())
+
+
+def test_passing_results_list_each_clean_object_of_the_namespace(
+    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
+) -> None:
+    _cluster_of(fake, policy)
+    cluster = connect()
+    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    target = reports.Target(reports.WGPOLICYK8S)
+    reports.write(cluster, result, policy, now=1_900_000_000, target=target, passing=True)
+    team = fake.get("PolicyReport", "preemptguard", "team")
+    assert team is not None
+    jsonschema.validate(team, _schema())
+    assert team["summary"] == {"pass": 4, "fail": 10, "warn": 0, "error": 0, "skip": 1}
+    passed = {r["resources"][0]["name"] for r in team["results"] if r["result"] == "pass"}
+    assert passed == {"sweep-ok", "api-ok", "plain", "sweep-job"}
+    assert "scope" not in team  # per namespace: each result names its object
 
 
 def test_a_cluster_without_the_crd_gets_told_what_to_install(
@@ -566,9 +593,10 @@ def test_a_cluster_without_the_crd_gets_told_what_to_install(
     out = _run(fake, tmp_path, "--report")
     assert out.exit_code == 2
     assert (
-        "does not serve wgpolicyk8s.io/v1alpha2 PolicyReport: install the PolicyReport CRD"
-        in out.output
+        "error: this cluster serves no policy report API, neither openreports.io/v1alpha1 nor "
+        "wgpolicyk8s.io/v1alpha2: install the OpenReports CRDs" in out.output
     )
+    assert "or the PolicyReport CRD (Kyverno installs it" in out.output
 
 
 def test_cluster_errors_say_which_call_failed(
@@ -614,7 +642,7 @@ def test_a_daemonset_whose_standard_only_pods_require_preemptible_nodes_is_repor
     assert result.summary()["findings"]["left-alone-on-preemptible"] == 1
     assert result.summary()["untouched"] == 0
     written = reports.write(cluster, result, policy, now=1_900_000_000)
-    assert written == ["team"]
+    assert written == ["team/preemptguard"]
     team = fake.get("PolicyReport", "preemptguard", "team")
     assert team is not None
     jsonschema.validate(team, _schema())

@@ -2,10 +2,12 @@
 with the rights the shipped roles of ``manifests/components/observer`` grant and nothing else:
 
 - ``preemptguard audit`` finds the pods created while the webhook was switched off (and the
-  workloads it would refuse), not those it admitted, and writes PolicyReports that the API
-  server stores as written (the CRD's structural schema prunes any field it lacks); with the
-  GPU operators' upstream CRDs installed (1.37), it judges their kinds too, each mistake once
-  (a RayCluster a RayService made, a Job a JobSet made, are judged through their maker);
+  workloads it would refuse), not those it admitted, and writes policy reports that the API
+  server stores as written (the CRDs' structural schemas prune any field they lack): OpenReports
+  where the upstream CRDs are installed, one per object scoped to its owner, and PolicyReports
+  when asked; with the GPU operators' upstream CRDs installed (1.37), it judges their kinds too,
+  each mistake once (a RayCluster a RayService made, a Job a JobSet made, are judged through
+  their maker);
 - ``preemptguard drill`` rehearses a reclaim of a preemptible node while two
   ``preemptguard observe`` replicas watch: with no kubelet, the test decides when each pod
   "exits" (a delete with grace 0 at a chosen time, one of them after its grace ran out, one
@@ -54,6 +56,8 @@ pytestmark = pytest.mark.e2e
 
 CRD = REPO / "tests" / "cluster" / "policyreport-crd.yaml"
 REPORTS = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/{}/policyreports/preemptguard"
+OPEN_REPORTS = "/apis/openreports.io/v1alpha1/namespaces/{}/reports"
+OPEN_REPORTS_FIXTURES = REPO / "tests" / "fixtures" / "openreports"
 TOLERATE_ALL = [{"key": CLASS_LABEL, "operator": "Exists"}]
 HOSTNAME = "kubernetes.io/hostname"
 OBSERVER_SA = "preemptguard-observer"
@@ -176,6 +180,22 @@ def policy_report_crd(kube: Kube) -> None:
     wait_until(served, timeout=30, what="the PolicyReport CRD to be served")
 
 
+@pytest.fixture(scope="session")
+def openreports_crds(kube: Kube) -> None:
+    """The OpenReports CRDs as upstream publishes them (``hack/upstream-crds.sh``): the same as
+    the copies in tests/fixtures/openreports that the unit tests validate reports against."""
+    try:
+        crds = upstream.crds("openreports")
+        upstream.install(kube, crds)
+    except (upstream.UpstreamError, TimeoutError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    for crd in crds:
+        copy = (
+            OPEN_REPORTS_FIXTURES / f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"
+        )
+        assert yaml.safe_load(copy.read_text()) == crd, copy
+
+
 def _preemptguard(
     kubeconfig: Path, *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
@@ -296,7 +316,7 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
 
     started = time.monotonic()
     out = _preemptguard(identities.auditor, "audit", "-n", placed, "-n", late, "-o", "json",
-                        "--report")  # fmt: skip
+                        "--report", "--report-api", "wgpolicyk8s")  # fmt: skip
     took = time.monotonic() - started
     assert out.returncode == 1, out.stderr
     doc = json.loads(out.stdout)
@@ -313,7 +333,8 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
     api = next(r for r in doc["results"] if r["name"] == "api")
     assert (api["node"], api["nodeClass"], api["phase"], api["class"]) == (
         "preemptible-1", "preemptible", "Pending", "serving")  # fmt: skip
-    assert doc["reports"] == sorted([placed, late])
+    assert doc["reports"] == sorted([f"{placed}/preemptguard", f"{late}/preemptguard"])
+    assert doc["reportApi"] == "wgpolicyk8s.io/v1alpha2"
     # Read at the version the release serves: batch/v1beta1 on 1.20, found by discovery.
     nightly_found = next(r for r in doc["results"] if r["name"] == "nightly")
     assert nightly_found["reasons"], nightly_found
@@ -339,6 +360,95 @@ def test_audit_finds_what_got_in_while_the_webhook_was_off_and_reports_it(
         f"Pod {late}/api  class=serving (annotation)  node=preemptible-1 (preemptible)  Pending"
         in text.stdout
     )
+
+
+def _reports_by_scope(kube: Kube, namespace: str) -> dict[str, Obj]:
+    found = kube.get(OPEN_REPORTS.format(namespace))["items"]
+    return {f"{r['scope']['kind']}/{r['scope']['name']}": r for r in found}
+
+
+def test_audit_writes_openreports_where_served_one_per_owner_and_policyreports_when_asked(
+    kube: Kube,
+    nodes: dict[str, str],
+    webhook: WebhookServer,
+    base_objects: list[Obj],
+    identities: Identities,
+    policy_report_crd: None,
+    openreports_crds: None,
+) -> None:
+    """With the OpenReports CRDs installed as upstream publishes them, ``audit --report`` (the
+    auditor: the shipped roles only) writes Reports: one per object with something to list,
+    scoped to its top-level owner (a Deployment's pod in the Deployment's) and owned by it. The
+    API server validates them against the CRDs' schemas and stores them as sent: a second run
+    finds nothing to write. ``--report-api wgpolicyk8s`` writes a PolicyReport and deletes the
+    Reports; back to OpenReports, the PolicyReport is emptied; the garbage collector deletes a
+    Report with its object."""
+    ns = cluster.unique("audit-openreports")
+    cluster.create_namespace(kube, ns)
+    kube.create(_pods(ns), cluster.pod("ok", workload="interruptible"))
+    template = cluster.pod_template({"app": "batch"}, workload="interruptible")
+    batch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "batch"},
+             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "batch"}},
+                      "template": template}}  # fmt: skip
+    with webhook_switched_off(kube, webhook, base_objects, ns):
+        kube.create(_pods(ns), cluster.pod("api", workload="serving", tolerations=TOLERATE_ALL,
+                                           nodeSelector={HOSTNAME: "preemptible-1"}))  # fmt: skip
+        kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments", batch)
+        made = wait_until(lambda: cluster.pods_with_labels(kube, ns, "app=batch") or None,
+                          timeout=30, what="the Deployment's pod")  # fmt: skip
+    worker = made[0]["metadata"]["name"]
+    for name in ("ok", "api", worker):
+        cluster.wait_scheduled(kube, ns, name)
+
+    first = _preemptguard(identities.auditor, "audit", "-n", ns, "--report", "--report-passing",
+                          "-o", "json")  # fmt: skip
+    assert first.returncode == 1, first.stderr
+    doc = json.loads(first.stdout)
+    assert doc["reportApi"] == "openreports.io/v1alpha1"
+    stored = _reports_by_scope(kube, ns)
+    assert set(stored) == {"Deployment/batch", "Pod/api", "Pod/ok"}
+    assert doc["reports"] == sorted(f"{ns}/{r['metadata']['name']}" for r in stored.values())
+    uid = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/batch")["metadata"]["uid"]
+    report = stored["Deployment/batch"]
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "batch", "uid": uid}
+    assert report["scope"] == {**owner, "namespace": ns}
+    assert report["metadata"]["ownerReferences"] == [owner]
+    assert report["metadata"]["name"] == f"preemptguard-{uid}"
+    assert report["summary"] == {"pass": 1, "fail": 2, "warn": 0, "error": 0, "skip": 0}
+    failed = {r["rule"]: r for r in report["results"] if r["result"] == "fail"}
+    assert set(failed) == {"unplaced", "interruptible-on-standard"}
+    assert set(failed["unplaced"]) == {"policy", "rule", "category", "result", "severity",
+                                       "scored", "source", "message", "resources", "properties",
+                                       "timestamp"}  # fmt: skip
+    assert [(r["kind"], r["name"]) for r in failed["unplaced"]["resources"]] == [("Pod", worker)]
+    (passed,) = [r for r in report["results"] if r["result"] == "pass"]
+    assert "resources" not in passed  # the Deployment itself: the report's scope
+    assert stored["Pod/ok"]["summary"]["pass"] == 1
+    api_rules = {r["rule"] for r in stored["Pod/api"]["results"]}
+    assert api_rules == {"unplaced", "critical-on-preemptible"}
+
+    again = _preemptguard(identities.auditor, "audit", "-n", ns, "--report", "--report-passing")
+    assert again.returncode == 1, again.stderr
+    unchanged = f"Reports (openreports.io/v1alpha1): 3 in 1 namespace ({ns}); 0 written, 3 up"
+    assert f"{unchanged} to date, 0 retired" in again.stdout
+
+    forced = _preemptguard(identities.auditor, "audit", "-n", ns, "--report", "--report-api",
+                           "wgpolicyk8s")  # fmt: skip
+    assert forced.returncode == 1, forced.stderr
+    switched = f"PolicyReports (wgpolicyk8s.io/v1alpha2): 1 in 1 namespace ({ns}); 1 written"
+    assert f"{switched}, 0 up to date, 3 retired" in forced.stdout
+    assert _reports_by_scope(kube, ns) == {}
+    policy_report = kube.get(REPORTS.format(ns))
+    assert policy_report["summary"] == {"pass": 2, "fail": 4, "warn": 0, "error": 0, "skip": 0}
+
+    back = _preemptguard(identities.auditor, "audit", "-n", ns, "--report")
+    assert back.returncode == 1, back.stderr
+    assert "; 2 written, 0 up to date, 1 retired" in back.stdout
+    assert kube.get(REPORTS.format(ns))["results"] == []
+    name = _reports_by_scope(kube, ns)["Deployment/batch"]["metadata"]["name"]
+    kube.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/batch")
+    wait_until(lambda: not kube.exists(f"{OPEN_REPORTS.format(ns)}/{name}"), timeout=120,
+               what="the garbage collector to delete the Deployment's Report")  # fmt: skip
 
 
 @pytest.mark.releases("1.37", reason="the upstream CRDs need 1.25+ (see test_workload_kinds)")
@@ -432,6 +542,8 @@ def test_the_shipped_roles_grant_the_live_commands_nothing_more(
 
     assert can("auditor", "list", "pods")
     assert not can("auditor", "delete", "pods")
+    assert can("auditor", "delete", "reports", "openreports.io")
+    assert not can("auditor", "delete", "policyreports", "wgpolicyk8s.io")  # emptied instead
     assert not can("auditor", "get", "secrets")
     assert not can("auditor", "watch", "pods")
     assert can(OBSERVER_SA, "watch", "pods")

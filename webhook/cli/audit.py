@@ -22,6 +22,7 @@ from webhook.loading.policies import builtin_policy, load_policy
 
 if TYPE_CHECKING:
     from webhook.cluster.audit import Audit, AuditResult
+    from webhook.cluster.reports import Published
     from webhook.kube.client import Cluster
 
 ERROR = 2
@@ -32,10 +33,12 @@ Examples:
   preemptguard audit                       # every namespace
   preemptguard audit -n research -o json
   preemptguard audit -l app=sweep
-  preemptguard audit --report              # also write a PolicyReport per namespace
+  preemptguard audit --report              # also write policy reports
+  preemptguard audit --report --report-api wgpolicyk8s --report-passing
 """
 
 CLEAN, FINDINGS = 0, 1
+REPORT_APIS = ("openreports", "wgpolicyk8s")  # webhook.cluster.reports.API_NAMES
 # Progress goes to stderr from this many objects on (always on a terminal).
 LARGE = 1000
 
@@ -123,7 +126,22 @@ class StatusLine:
 @click.option(
     "--report",
     is_flag=True,
-    help="Also write a wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (needs its CRD).",
+    help="Also write policy reports: openreports.io/v1alpha1 Reports (one per object with "
+    "findings, scoped to its top-level owner) when the cluster serves them, else "
+    "wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace). Needs their CRD.",
+)
+@click.option(
+    "--report-api",
+    type=click.Choice(REPORT_APIS),
+    default=None,
+    help="With --report: write this format whatever else the cluster serves (an error where "
+    "it does not serve it). Default: openreports where served, else wgpolicyk8s.",
+)
+@click.option(
+    "--report-passing",
+    is_flag=True,
+    help="With --report: also list each clean object as a pass result (it is counted in "
+    "summary.pass either way).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @cluster_options
@@ -134,6 +152,8 @@ def audit_command(
     policies: Path | None,
     output: str,
     report: bool,
+    report_api: str | None,
+    report_passing: bool,
     quiet: bool,
     kubeconfig: str | None,
     context: str | None,
@@ -158,6 +178,8 @@ def audit_command(
         raise click.UsageError(
             "--report describes whole namespaces: leave out -l/--selector to write reports"
         )
+    if (report_api or report_passing) and not report:
+        raise click.UsageError("--report-api and --report-passing need --report")
     policy = load(policies)
     cluster = connect(kubeconfig, context)
     scope = auditing.Scope(namespaces=namespaces, label_selector=selector)
@@ -172,12 +194,18 @@ def audit_command(
     # and again while they are made (off, a 10,000-pod list takes half the time).
     with gcpause.paused():
         try:
+            # Which format, before the long part: a format the cluster lacks fails at once.
+            target = reports.choose(cluster, report_api) if report else None
             snapshot = auditing.read_cluster(cluster, scope, progress, policy=policy)
             listed = time.monotonic() - started
             if status.tty or len(snapshot.pods) >= LARGE:
                 status.show(f"audit: judging {len(snapshot.pods):,} pods", force=True)
             result = auditing.audit(snapshot, policy, scope)
-            written = reports.write(cluster, result, policy, now=time.time()) if report else []
+            published = None
+            if target is not None:
+                published = reports.publish(
+                    cluster, result, policy, now=time.time(), target=target, passing=report_passing
+                )
         except ClusterError as exc:
             status.done()
             fail(str(exc))
@@ -194,9 +222,9 @@ def audit_command(
         for note in result.notes:
             click.echo(f"note: {note}", err=True)
         if output == "json":
-            click.echo(render_json(result, reports=written))
+            click.echo(render_json(result, reports=published))
         else:
-            click.echo(render_text(result, reports=written))
+            click.echo(render_text(result, reports=published))
     sys.exit(FINDINGS if result.findings else CLEAN)
 
 
@@ -204,19 +232,20 @@ def _plural(kind: str) -> str:
     return {"Namespace": "namespaces", "Node": "nodes", "Pod": "pods"}.get(kind, f"{kind}s")
 
 
-def render_json(result: Audit, *, reports: list[str]) -> str:
+def render_json(result: Audit, *, reports: Published | None = None) -> str:
     from webhook.cluster.audit import sort_key
 
     doc: dict[str, Any] = {
         "results": [r.as_json() for r in sorted(result.findings, key=sort_key)],
         "summary": result.summary(),
         "notes": list(result.notes),
-        "reports": reports,
+        "reports": reports.reports if reports is not None else [],
+        "reportApi": reports.api.api_version if reports is not None else None,
     }
     return json.dumps(doc, indent=2)
 
 
-def render_text(result: Audit, *, reports: list[str]) -> str:
+def render_text(result: Audit, *, reports: Published | None = None) -> str:
     from webhook.cluster.audit import sort_key
 
     lines: list[str] = []
@@ -232,9 +261,27 @@ def render_text(result: Audit, *, reports: list[str]) -> str:
         + (f" ({counts})" if counts else "")
         + f", {s['untouched']} untouched"
     )
-    if reports:
-        lines.append(f"PolicyReports written in {len(reports)} namespaces: {', '.join(reports)}")
+    if reports is not None:
+        lines.append(_reports_line(reports))
     return "\n".join(lines)
+
+
+def _reports_line(published: Published) -> str:
+    """``Reports (openreports.io/v1alpha1): 3 in 2 namespaces (research, serving) and 1
+    cluster-wide; 2 written, 1 up to date, 1 retired``."""
+    api = published.api
+    namespaces = sorted({name.split("/")[0] for name in published.reports if "/" in name})
+    cluster_wide = sum("/" not in name for name in published.reports)
+    where = _count(len(namespaces), "namespace")
+    if namespaces:
+        where += f" ({', '.join(namespaces)})"
+    if cluster_wide:
+        where += f" and {cluster_wide} cluster-wide"
+    total = len(published.reports)
+    return (
+        f"{api.kind}s ({api.api_version}): {total} in {where}; {published.written} written, "
+        f"{total - published.written} up to date, {published.retired} retired"
+    )
 
 
 def _count(n: int, noun: str) -> str:

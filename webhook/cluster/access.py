@@ -40,9 +40,16 @@ AUDIT_BASE = _union(
 )
 
 
-# `preemptguard audit --report`: the reports it wrote before (to clear those of namespaces now
-# clean), and server-side apply, which creates a report the first time.
+# `preemptguard audit --report` (webhook.cluster.reports), in either format: the reports it wrote
+# before (to retire those with nothing left to report), and server-side apply, which creates a
+# report the first time. A wgpolicyk8s.io PolicyReport (one per namespace) is emptied when
+# retired, an openreports.io Report (one per object; a ClusterReport for a cluster-scoped one)
+# deleted. Its role grants both: it writes whichever the cluster serves.
 AUDIT_REPORTS = _grant("wgpolicyk8s.io", "policyreports", "list", "create", "patch")
+AUDIT_OPEN_REPORTS = _union(
+    _grant("openreports.io", "reports", "list", "create", "patch", "delete"),
+    _grant("openreports.io", "clusterreports", "list", "create", "patch", "delete"),
+)
 
 # The reclaim observer, cluster-wide: watches, the namespaces of displaced pods without a
 # placement record (to classify them), the Deployment behind a ReplicaSet, and its Events.
@@ -101,7 +108,7 @@ def cluster_roles(policy: Policy) -> Mapping[str, frozenset[Access]]:
     the shipped ones are the default policy's."""
     return {
         "preemptguard-audit": audit_access(policy),
-        "preemptguard-audit-reports": AUDIT_REPORTS,
+        "preemptguard-audit-reports": AUDIT_REPORTS | AUDIT_OPEN_REPORTS,
         "preemptguard-observer": OBSERVER,
         "preemptguard-drill": DRILL,
     }

@@ -311,6 +311,9 @@ class Audit:
     results: list[AuditResult]
     notes: list[str]
     namespaces: list[str]  # the namespaces in scope
+    everywhere: bool = True  # every namespace in scope, cluster-scoped kinds listed
+    # Every workload and DaemonSet listed, by uid: where a report's scope is looked for.
+    owners: Mapping[str, Obj] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[AuditResult]:
@@ -357,7 +360,18 @@ def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
         if result.problems:
             results.append(result)
     in_scope = list(scope.namespaces) if scope.namespaces else sorted(known)
-    return Audit(results=results, notes=list(snapshot.notes), namespaces=in_scope)
+    owners = {
+        inventory.uid_of(o): o
+        for o in (*snapshot.workloads, *snapshot.daemonsets)
+        if inventory.uid_of(o)
+    }
+    return Audit(
+        results=results,
+        notes=list(snapshot.notes),
+        namespaces=in_scope,
+        everywhere=scope.everywhere,
+        owners=owners,
+    )
 
 
 def _workloads(
