@@ -38,6 +38,7 @@ VARIANTS = {
     "base": "base",
     "cert-manager": "overlays/cert-manager",
     "self-managed": "overlays/self-managed",
+    "self-rotating": "overlays/self-rotating",
     "self-managed+fail-closed": "overlays/fail-closed-example",
     "cert-manager+fail-closed": "overlays/cert-manager+fail-closed",
     "cert-manager+observer": "overlays/cert-manager+observer",

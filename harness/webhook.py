@@ -9,11 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
+from urllib3.exceptions import InsecureRequestWarning
 
 from harness import cluster
 from harness.controlplane import ControlPlane
@@ -83,6 +86,10 @@ class WebhookServer:
                 self.proc.wait()
 
 
+# Installs webhook configurations in place of the session's (the replace_configurations fixture).
+Replace = Callable[[list[dict[str, Any]]], None]
+
+
 def service_account_kubeconfig(
     kube: Kube, control_plane: ControlPlane, base: list[dict[str, Any]], path: Path
 ) -> Path:
@@ -116,10 +123,17 @@ def _serve_command() -> list[str]:
 
 
 def start_server(
-    work: Path, base: list[dict[str, Any]], kubeconfig: Path, *, log_level: str = "info"
+    work: Path,
+    base: list[dict[str, Any]],
+    kubeconfig: Path,
+    *,
+    log_level: str = "info",
+    certificates: list[str] | None = None,
 ) -> WebhookServer:
     """``preemptguard serve`` on 127.0.0.1 with the policy the base's ConfigMap ships; returns
-    once /readyz answers."""
+    once /readyz answers. ``certificates``: serve's certificate options, instead of a
+    self-signed pair in ``work/certs`` (/readyz is then polled without checking the server's
+    certificate: it comes from the cluster)."""
     policies = work / "policies"
     policies.mkdir(parents=True, exist_ok=True)
     for key, text in find(base, "ConfigMap")["data"].items():
@@ -131,8 +145,7 @@ def start_server(
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
     argv = [
         *_serve_command(),
-        "--self-signed",
-        str(certs),
+        *(certificates if certificates is not None else ["--self-signed", str(certs)]),
         "--host",
         "127.0.0.1",
         "--port",
@@ -156,11 +169,18 @@ def start_server(
 
     def ready() -> bool:
         server.check_alive()
-        if not server.ca_file.exists():
+        verify: str | bool = False if certificates is not None else str(server.ca_file)
+        if verify and not server.ca_file.exists():
             return False
-        with requests.Session() as s:
+        with requests.Session() as s, warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsecureRequestWarning)
             s.trust_env = False
-            return s.get(f"{server.url}/readyz", verify=str(server.ca_file), timeout=2).ok
+            try:
+                return s.get(f"{server.url}/readyz", verify=verify, timeout=2).ok
+            except requests.ConnectionError:
+                if certificates is None:
+                    raise
+                return False  # still waiting for its certificate from the cluster
 
     try:
         wait_until(

@@ -201,12 +201,20 @@ def kustomize_build(tree: Tree, overlay: str) -> list[dict[str, Any]]:
 
 
 # (kustomize overlay, chart arguments beyond the certificates)
+CERT_MANAGER = ["--set", "certificates.mode=cert-manager"]
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "cert-manager": ("cert-manager", []),
+    "self-rotating": ("self-rotating", []),
+    "cert-manager": ("cert-manager", CERT_MANAGER),
     "self-managed": ("self-managed", []),
-    "cert-manager+fail-closed": ("cert-manager+fail-closed", ["--set", "webhooks.failClosed=true"]),
+    "cert-manager+fail-closed": (
+        "cert-manager+fail-closed",
+        [*CERT_MANAGER, "--set", "webhooks.failClosed=true"],
+    ),
     "self-managed+fail-closed": ("self-managed+fail-closed", ["--set", "webhooks.failClosed=true"]),
-    "cert-manager+observer": ("cert-manager+observer", ["--set", "observer.enabled=true"]),
+    "cert-manager+observer": (
+        "cert-manager+observer",
+        [*CERT_MANAGER, "--set", "observer.enabled=true"],
+    ),
 }
 
 
@@ -314,7 +322,7 @@ def test_a_policy_from_values_is_hashed_as_kustomize_hashes_it(tree: Tree, tmp_p
     assert "mode: warn" in policy
     (tree.root / "base/policies/policy.yaml").write_text(policy)
     try:
-        kustomized = kustomize_build(tree, "cert-manager")
+        kustomized = kustomize_build(tree, "self-rotating")
     finally:
         (tree.root / "base/policies/policy.yaml").write_bytes(
             (REPO / "policies/default/policy.yaml").read_bytes()
@@ -677,7 +685,7 @@ def test_a_priority_class_name_replaces_the_charts_own() -> None:
     ],
 )
 def test_objects_are_named_after_the_release(release: str, args: list[str], fullname: str) -> None:
-    objects = template(*args, "--set", "observer.enabled=true", release=release)
+    objects = template(*args, *CERT_MANAGER, "--set", "observer.enabled=true", release=release)
     for kind in ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget",
                  "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
                  "ValidatingWebhookConfiguration", "Certificate"):  # fmt: skip
@@ -707,7 +715,7 @@ def _names(objects: list[dict[str, Any]], kind: str) -> list[str]:
 
 def test_everything_names_the_releases_namespace(certs: Path) -> None:
     objects = template(
-        "--namespace", "team-gpu", "--set", "observer.enabled=true",
+        "--namespace", "team-gpu", *CERT_MANAGER, "--set", "observer.enabled=true",
         "--set", "networkPolicy.enabled=true",
         "--set", "networkPolicy.hookPeers[0].ipBlock.cidr=10.0.0.0/24",
         *SERVES_VALIDATING_POLICIES,
@@ -809,7 +817,7 @@ def test_without_the_namespace_the_chart_renders_the_other_kustomize_objects(
     """The default: the same objects as the overlay, but the Namespace, which `helm install
     --create-namespace` makes and `helm uninstall` leaves."""
     chart = template("--namespace", NAMESPACE, "--skip-tests", *SERVES_VALIDATING_POLICIES)
-    kustomized = [o for o in kustomize_build(tree, "cert-manager") if o["kind"] != "Namespace"]
+    kustomized = [o for o in kustomize_build(tree, "self-rotating") if o["kind"] != "Namespace"]
     assert_same_objects(chart, kustomized)
 
 
@@ -962,7 +970,7 @@ def _test_env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_test_pod_asks_the_service_as_the_api_server_does(certs: Path) -> None:
-    objects = template("--namespace", "gpu-system", release="gpu")
+    objects = template("--namespace", "gpu-system", *CERT_MANAGER, release="gpu")
     pod = _test_pod(objects)
     assert pod["metadata"]["annotations"] == {
         "helm.sh/hook": "test",
@@ -996,10 +1004,56 @@ def test_the_test_pod_asks_the_service_as_the_api_server_does(certs: Path) -> No
         "items": [{"key": "ca.crt", "path": "ca.crt"}],
     }
     assert container["volumeMounts"] == [{"name": "ca", "mountPath": "/ca", "readOnly": True}]
+    # Self-rotating: the CA bundle the webhook writes into its Secret and its caBundles.
+    pod = _test_pod(template("--namespace", "gpu-system", release="gpu"))
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "gpu-preemptguard-tls"
     # Self-managed: the CA of the caBundles itself.
     pod = _test_pod(template(*self_managed_args(certs)))
     assert _test_env(pod)["CA_PEM"] == (certs / "ca.crt").read_text()
     assert "volumes" not in pod["spec"]
+
+
+def test_self_rotating_certificates_are_the_default_and_follow_the_release() -> None:
+    """The webhook issues into `<fullname>-tls`, holds `<fullname>-certificates`, injects into
+    its own configurations (which carry no caBundle to overwrite), and its roles reach those
+    objects only; the lifetimes are values."""
+    objects = template(
+        "--namespace", "gpu-system", "--set", "certificates.selfRotating.duration=720h",
+        release="gpu",
+    )  # fmt: skip
+    assert not [o for o in objects if o["kind"] in {"Issuer", "Certificate"}]
+    secret = find(objects, "Secret", "gpu-preemptguard-tls")
+    assert secret["type"] == "Opaque"
+    assert "data" not in secret
+    spec = find(objects, "Deployment")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert [a for a in container["args"] if a.startswith(("--cert", "--inject", "--ca-"))] == [
+        "--cert-secret=gpu-preemptguard-tls",
+        "--cert-service=gpu-preemptguard",
+        "--inject-ca-into=mutating/gpu-preemptguard",
+        "--inject-ca-into=validating/gpu-preemptguard",
+        "--cert-lease=gpu-preemptguard-certificates",
+        "--cert-lifetime=720h",
+        "--cert-renew-before=720h",
+        "--ca-lifetime=43800h",
+        "--ca-renew-before=8760h",
+    ]
+    assert "tls" not in {v["name"] for v in spec["volumes"]}
+    for hook in hooks(objects).values():
+        assert "caBundle" not in hook["clientConfig"]
+    role = find(objects, "Role", "gpu-preemptguard-certificates")
+    assert role["metadata"]["namespace"] == "gpu-system"
+    assert role["rules"][0]["resourceNames"] == ["gpu-preemptguard-tls"]
+    assert role["rules"][2]["resourceNames"] == ["gpu-preemptguard-certificates"]
+    (rule,) = find(objects, "ClusterRole", "gpu-preemptguard-certificates")["rules"]
+    assert rule["resourceNames"] == ["gpu-preemptguard"]
+    binding = find(objects, "ClusterRoleBinding", "gpu-preemptguard-certificates")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-preemptguard", "namespace": "gpu-system"}
+    ]
+    error = template_error("--set", "certificates.selfRotating.duration=90 days")
+    assert "/certificates/selfRotating/duration" in error
 
 
 def test_the_test_pod_is_placed_as_the_webhooks_pods(non_default: list[dict[str, Any]]) -> None:

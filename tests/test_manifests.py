@@ -438,6 +438,54 @@ def test_self_managed_overlay_puts_the_issued_ca_in_every_hook(
     assert _pod_spec(objects)["volumes"][0]["secret"]["secretName"] == secret["metadata"]["name"]
 
 
+def test_self_rotating_overlay_serves_the_secret_the_webhook_fills_and_grants_only_that(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """No certificate in the manifests: an empty Secret, the server told to fill it and inject
+    its CA, no volume for it, and roles limited to the one Secret, Lease and configurations."""
+    objects = rendered["self-rotating"]
+    for name, hook in webhooks(objects).items():
+        assert "caBundle" not in hook["clientConfig"], name
+    secret = find(objects, "Secret")
+    assert secret["metadata"]["name"] == "preemptguard-tls"
+    assert "data" not in secret
+    assert "stringData" not in secret
+    spec = _pod_spec(objects)
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert "--cert-secret=preemptguard-tls" in args
+    assert not [a for a in args if a.startswith(("--cert-file", "--key-file"))]
+    configurations = sorted(a.split("=", 1)[1] for a in args if a.startswith("--inject-ca-into"))
+    names = {o["metadata"]["name"] for o in objects if o["kind"].endswith("WebhookConfiguration")}
+    assert configurations == [
+        f"{kind}/{name}" for kind in ("mutating", "validating") for name in names
+    ]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in (
+        container["env"]
+    )
+    assert "tls" not in {v["name"] for v in spec["volumes"]}
+    assert "/tls" not in {m["mountPath"] for m in container["volumeMounts"]}
+
+    role = find(objects, "Role", "preemptguard-certificates")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["preemptguard-tls"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["preemptguard-certificates"], "verbs": ["get", "update"]},
+    ]  # fmt: skip
+    cluster_role = find(objects, "ClusterRole", "preemptguard-certificates")
+    (rule,) = cluster_role["rules"]
+    assert rule["resourceNames"] == sorted(names)
+    assert rule["verbs"] == ["get", "update"]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        binding = find(objects, kind, "preemptguard-certificates")
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": SERVICE, "namespace": NAMESPACE}
+        ]
+
+
 def test_cert_manager_objects_are_complete(rendered: dict[str, list[dict[str, Any]]]) -> None:
     """cert-manager's CRDs are not in the Kubernetes schemas: the fields cert-manager v1 requires,
     and the references between the objects, are checked here instead."""

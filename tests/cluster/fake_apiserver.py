@@ -50,6 +50,15 @@ RESOURCES: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("batch", "v1", "jobs"): ("Job", True),
     ("batch", "v1", "cronjobs"): ("CronJob", True),
     ("coordination.k8s.io", "v1", "leases"): ("Lease", True),
+    ("", "v1", "secrets"): ("Secret", True),
+    ("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"): (
+        "MutatingWebhookConfiguration",
+        False,
+    ),
+    ("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"): (
+        "ValidatingWebhookConfiguration",
+        False,
+    ),
     ("wgpolicyk8s.io", "v1alpha2", "policyreports"): ("PolicyReport", True),
     # The CRDs of every workload kind of the default policy, at the versions they serve.
     ("ray.io", "v1", "rayclusters"): ("RayCluster", True),

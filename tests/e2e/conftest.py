@@ -24,12 +24,16 @@ from harness.controlplane import ControlPlane
 from harness.kube import Kube
 from harness.manifests import Tree, prepare_tree, server_minor
 from harness.webhook import (
+    Replace,
     ServerError,
     WebhookServer,
+    config_path,
+    local_webhook_configurations,
     register,
     service_account_kubeconfig,
     start_server,
     unregister,
+    wait_until_active,
 )
 
 # The main release first: a failure there is the one to see first.
@@ -194,3 +198,25 @@ def _components_alive(request: pytest.FixtureRequest) -> Iterator[None]:
         request.getfixturevalue("control_plane").check_alive()
     if "webhook_server" in request.fixturenames or "webhook" in request.fixturenames:
         request.getfixturevalue("webhook_server").check_alive()
+
+
+@pytest.fixture
+def replace_configurations(
+    kube: Kube, webhook: WebhookServer, base_objects: list[dict[str, Any]]
+) -> Iterator[Replace]:
+    """Lets a test install other webhook configurations; the session's come back afterwards."""
+    originals = local_webhook_configurations(
+        base_objects, webhook.url, webhook.ca_file.read_bytes()
+    )
+
+    def replace(configs: list[dict[str, Any]]) -> None:
+        for config in configs:
+            kube.apply(config_path(config, item=True), config)
+
+    try:
+        yield replace
+    finally:
+        replace(originals)
+        probe = cluster.unique("probe")
+        cluster.create_namespace(kube, probe)
+        wait_until_active(kube, probe, webhook)

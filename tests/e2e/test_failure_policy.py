@@ -8,7 +8,6 @@ each test and restored afterwards.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,42 +17,13 @@ from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD
 from harness.kube import Kube, KubeError
 from harness.manifests import Tree
 from harness.processes import free_port, wait_until
-from harness.webhook import (
-    WebhookServer,
-    config_path,
-    local_webhook_configurations,
-    wait_until_active,
-)
+from harness.webhook import Replace, WebhookServer, local_webhook_configurations
 
 pytestmark = pytest.mark.e2e
-
-Replace = Callable[[list[dict[str, Any]]], None]
 
 
 def _pods(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
-
-
-@pytest.fixture
-def replace_configurations(
-    kube: Kube, webhook: WebhookServer, base_objects: list[dict[str, Any]]
-) -> Iterator[Replace]:
-    """Lets a test install other webhook configurations; the session's come back afterwards."""
-    originals = local_webhook_configurations(
-        base_objects, webhook.url, webhook.ca_file.read_bytes()
-    )
-
-    def replace(configs: list[dict[str, Any]]) -> None:
-        for config in configs:
-            kube.apply(config_path(config, item=True), config)
-
-    try:
-        yield replace
-    finally:
-        replace(originals)
-        probe = cluster.unique("probe")
-        cluster.create_namespace(kube, probe)
-        wait_until_active(kube, probe, webhook)
 
 
 def _unreachable(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:

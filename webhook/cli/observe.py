@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import errno
-import os
 import signal
 import socket
 import sys
 import threading
-import uuid
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -18,6 +16,7 @@ import click
 from webhook.cli.audit import ERROR, cluster_options, connect, fail, load
 from webhook.cli.options import FiniteSeconds, metrics_port_option, policies_option
 from webhook.cli.service_options import log_level_option
+from webhook.kube.lease import candidate_identity
 
 if TYPE_CHECKING:
     from webhook.cluster.metrics import ObserverMetrics
@@ -60,7 +59,12 @@ Examples:
     show_default=True,
     help="Seconds between periodic audits by the leader, exported as metrics; 0: none.",
 )
-@click.option("--audit-reports", is_flag=True, help="Periodic audits also write PolicyReports.")
+@click.option(
+    "--audit-reports",
+    is_flag=True,
+    help="Periodic audits also write policy reports: OpenReports where the cluster serves "
+    "them, else wgpolicyk8s PolicyReports.",
+)
 @click.option(
     "--node-event-namespace",
     default="default",
@@ -112,7 +116,7 @@ def observe_command(
     stop = threading.Event()
     settings = ObserverSettings(
         lease=LeaseSettings(namespace=lease_namespace or cluster.namespace, name=lease_name),
-        identity=identity or _identity(),
+        identity=identity or candidate_identity(),
         leader_election=not no_leader_election,
         audit_interval=audit_interval,
         audit_reports=audit_reports,
@@ -151,9 +155,3 @@ def _why_not(exc: OSError) -> str:
     """``address already in use`` rather than ``[Errno 98] Address already in use``."""
     reason = exc.strerror or str(exc)
     return reason[:1].lower() + reason[1:]
-
-
-def _identity() -> str:
-    """The pod's name (``POD_NAME`` from the downward API, else the hostname), made unique."""
-    base = os.environ.get("POD_NAME") or socket.gethostname()
-    return f"{base}_{uuid.uuid4().hex[:8]}"

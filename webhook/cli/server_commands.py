@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from webhook.cli.options import FiniteSeconds, metrics_port_option
+from webhook.cli.rotation_options import rotation_options
 from webhook.cli.service_options import log_level_option
 from webhook.errors import CertificateError, PolicyError
 from webhook.server import certs
+
+if TYPE_CHECKING:
+    from webhook.server.rotation import RotationSettings
 
 SERVE_EXAMPLES = """
 \b
 Examples:
   preemptguard serve --self-signed .certs
   preemptguard serve --cert-file /tls/tls.crt --key-file /tls/tls.key --policies /policies
+  preemptguard serve --cert-secret preemptguard-tls \\
+    --inject-ca-into mutating/preemptguard --inject-ca-into validating/preemptguard
 """
 
 CERTS_EXAMPLES = """
@@ -75,6 +82,7 @@ _PATH = click.Path(path_type=Path)
     show_default=True,
     help="Seconds between checks of the policy and certificate files.",
 )
+@rotation_options
 @log_level_option
 def serve_command(
     host: str,
@@ -89,6 +97,7 @@ def serve_command(
     graceful_timeout: int,
     reload_interval: float,
     log_level: str,
+    rotation: RotationSettings | None,
 ) -> None:
     """Serve /mutate and /validate over TLS, with /healthz, /readyz and /metrics.
 
@@ -100,7 +109,11 @@ def serve_command(
     from webhook.server.runtime import ServeOptions, serve
     from webhook.server.serving import PortInUse, ServerSettings
 
-    cert_file, key_file = _serving_files(cert_file, key_file, self_signed)
+    if rotation is not None:
+        if cert_file or key_file or self_signed:
+            raise click.UsageError("give --cert-secret, --cert-file/--key-file or --self-signed")
+    else:
+        cert_file, key_file = _serving_files(cert_file, key_file, self_signed)
     settings = ServerSettings(
         host=host,
         port=port,
@@ -116,6 +129,7 @@ def serve_command(
         server=settings,
         metrics_port=metrics_port,
         reload_interval=reload_interval,
+        rotation=rotation,
     )
     try:
         serve(options)

@@ -10,6 +10,9 @@ since permissions may be granted later, and says why in a warning at most once a
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +27,13 @@ VERBS = "get, create and update"
 WARN_EVERY_SECONDS = 60.0
 
 log = structlog.get_logger(component="webhook.kube.lease")
+
+
+def candidate_identity() -> str:
+    """This replica's name in a Lease: the pod's name (``POD_NAME`` from the downward API,
+    else the hostname), made unique, as a restarted container is a new candidate."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)

@@ -63,23 +63,64 @@ def service_hosts(service: str, namespace: str) -> list[str]:
 
 def issue(hosts: Sequence[str], *, now: dt.datetime | None = None) -> Issued:
     """A fresh CA and a serving certificate for ``hosts`` (DNS names or IP addresses)."""
+    now = now or dt.datetime.now(dt.UTC)
+    ca = issue_ca(now=now)
+    serving = issue_serving(ca, hosts, now=now)
+    return Issued(ca_cert=ca.cert, cert=serving.cert, key=serving.key)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """PEM bytes of a certificate and its private key."""
+
+    cert: bytes
+    key: bytes
+
+
+def issue_ca(*, now: dt.datetime | None = None, lifetime: dt.timedelta = CA_LIFETIME) -> Pair:
+    """A self-signed CA (ECDSA P-256) that signs serving certificates only."""
+    now = now or dt.datetime.now(dt.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    # The serial in the name tells two CAs apart in a bundle holding both during a rotation.
+    serial = x509.random_serial_number()
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, "preemptguard webhook CA"),
+            x509.NameAttribute(NameOID.SERIAL_NUMBER, f"{serial:x}"[:64]),
+        ]
+    )
+    cert = (
+        _builder(name, name, key.public_key(), now, lifetime)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(cert_sign=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return Pair(cert.public_bytes(serialization.Encoding.PEM), _private_pem(key))
+
+
+def issue_serving(
+    ca: Pair,
+    hosts: Sequence[str],
+    *,
+    now: dt.datetime | None = None,
+    lifetime: dt.timedelta = SERVING_LIFETIME,
+) -> Pair:
+    """A serving certificate (ECDSA P-256) for ``hosts``, signed by ``ca``; never valid
+    beyond the CA itself."""
     if not hosts:
         raise ValueError("a serving certificate needs at least one host name")
     now = now or dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "preemptguard webhook CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now, CA_LIFETIME)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(_key_usage(cert_sign=True), critical=True)
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_cert = x509.load_pem_x509_certificate(ca.cert)
+    ca_key = serialization.load_pem_private_key(ca.key, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the CA key is not an ECDSA key")
+    lifetime = min(lifetime, ca_cert.not_valid_after_utc - now)
+    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
     cert = (
-        _builder(subject, ca_name, key.public_key(), now, SERVING_LIFETIME)
+        _builder(subject, ca_cert.subject, key.public_key(), now, lifetime)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -91,14 +132,12 @@ def issue(hosts: Sequence[str], *, now: dt.datetime | None = None) -> Issued:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    return Issued(
-        ca_cert=ca_cert.public_bytes(serialization.Encoding.PEM),
-        cert=cert.public_bytes(serialization.Encoding.PEM),
-        key=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+    return Pair(cert.public_bytes(serialization.Encoding.PEM), _private_pem(key))
+
+
+def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
@@ -133,8 +172,8 @@ def reusable(paths: CertPaths, hosts: Sequence[str], *, now: dt.datetime | None 
         return False
     now = now or dt.datetime.now(dt.UTC)
     return (
-        _same_public_key(cert, key)
-        and _signed_by(cert, ca)
+        same_public_key(cert, key)
+        and signed_by(cert, ca)
         and all(c.not_valid_after_utc - now > MIN_REMAINING for c in (ca, cert))
         and all(c.not_valid_before_utc <= now for c in (ca, cert))
         and covers(cert, hosts)
@@ -204,7 +243,7 @@ def _ip(host: str) -> IPAddress | None:
         return None
 
 
-def _same_public_key(cert: x509.Certificate, key: object) -> bool:
+def same_public_key(cert: x509.Certificate, key: object) -> bool:
     public = getattr(key, "public_key", None)
     if public is None:
         return False
@@ -213,7 +252,7 @@ def _same_public_key(cert: x509.Certificate, key: object) -> bool:
     return bool(cert.public_key().public_bytes(enc, fmt) == public().public_bytes(enc, fmt))
 
 
-def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+def signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):

@@ -108,6 +108,18 @@ class CertificateMetrics:
             "Certificate changes that could not be loaded; the previous one keeps serving.",
             registry=reg,
         )
+        self.rotations = Counter(
+            "preemptguard_certificate_rotations",
+            "Certificates this replica issued into the Secret while it held the Lease "
+            "(self-rotating certificates only).",
+            registry=reg,
+        )
+        self.rotation_errors = Counter(
+            "preemptguard_certificate_rotation_errors",
+            "Steps of the certificate rotation that failed: the Secret, the Lease or a webhook "
+            "configuration could not be read or written (self-rotating certificates only).",
+            registry=reg,
+        )
         self.expiry = Gauge(
             "preemptguard_certificate_expiry_timestamp_seconds",
             "When the serving certificate in use expires (Unix time).",

@@ -191,8 +191,8 @@ class CertStore:
                 f"cannot use certificate {self.cert_file} with key {self.key_file}: {exc}"
             ) from exc
         staged_cert, staged_key = directory / "tls.crt.new", directory / "tls.key.new"
-        _write_private(staged_cert, cert)
-        _write_private(staged_key, key)
+        write_private(staged_cert, cert)
+        write_private(staged_key, key)
         try:
             check_pair(staged_cert, staged_key, named=(self.cert_file, self.key_file))
         except CertificateError:
@@ -205,7 +205,8 @@ class CertStore:
         return cert
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``, readable by its owner only."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(data)

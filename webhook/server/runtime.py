@@ -21,7 +21,9 @@ from pathlib import Path
 
 from webhook import engine
 from webhook.admission.core import Evaluator
+from webhook.errors import CertificateError
 from webhook.exposition import MetricsEndpoint, serve_registry
+from webhook.kube.client import Cluster, ClusterError
 from webhook.loading.policies import builtin_policy, load_policy
 from webhook.native import engine_build
 from webhook.server import logs
@@ -32,6 +34,7 @@ from webhook.server.metrics import MainMetrics, Metrics
 from webhook.server.offload import Offload
 from webhook.server.reload import CertStore, PolicyStore, Reloader
 from webhook.server.reviewer import Lookups
+from webhook.server.rotation import Rotation, RotationSettings
 from webhook.server.serving import MainCallbacks, ServerSettings, run
 from webhook.server.transport import ASGIApp, Lifespan, LoopLag
 
@@ -40,13 +43,17 @@ log = logs.get_logger("webhook.server.runtime")
 
 @dataclass(frozen=True)
 class ServeOptions:
-    cert_file: Path
-    key_file: Path
+    cert_file: Path | None  # None: from the Secret of ``rotation``
+    key_file: Path | None
     policies: Path | None = None
     server: ServerSettings = field(default_factory=ServerSettings)
     metrics_host: str | None = None  # default: the server's host
     metrics_port: int = 9090  # 0: no metrics endpoint
     reload_interval: float = 2.0
+    # Self-rotating certificates: the pair comes from this Secret (cert_file and key_file are
+    # then where it is copied), issued by the replica that holds the Lease.
+    rotation: RotationSettings | None = None
+    first_certificate_timeout: float = 120.0
 
 
 class Worker:
@@ -143,11 +150,37 @@ class Main:
         # The policy is loaded here only to refuse a bad one before any worker starts; the
         # workers load and publish their own.
         load_policy(options.policies) if options.policies else builtin_policy()
-        self.certs = CertStore(
-            options.cert_file, options.key_file, self.metrics.certificates, self.tls_dir
+        self.rotation = self._first_certificate(options)
+        cert_file, key_file = (
+            (options.cert_file, options.key_file)
+            if self.rotation is None
+            else (self.rotation.cert_file, self.rotation.key_file)
         )
+        if cert_file is None or key_file is None:
+            raise CertificateError("no serving certificate: give its files or its Secret")
+        self.certs = CertStore(cert_file, key_file, self.metrics.certificates, self.tls_dir)
         self.watch = Reloader([_Respawning(self.certs)], options.reload_interval)
         self.metrics_server: MetricsEndpoint | None = None
+
+    def _first_certificate(self, options: ServeOptions) -> Rotation | None:
+        """With self-rotating certificates, wait for the Secret's pair and copy it to where
+        the certificate watch reads it."""
+        if options.rotation is None:
+            return None
+        cluster, source = Cluster.configured()
+        if cluster is None:
+            raise CertificateError(
+                f"cannot read Secret {options.rotation.secret}: no cluster configured "
+                "(run in a pod with a service account, or set KUBECONFIG)"
+            )
+        try:
+            settings = options.rotation.in_namespace(cluster().namespace)
+        except ClusterError as exc:
+            raise CertificateError(f"cannot read Secret {options.rotation.secret}: {exc}") from None
+        rotation = Rotation(cluster, settings, self.tls_dir / "secret", self.metrics.certificates)
+        log.info("waiting_for_certificate", secret=settings.secret, cluster=source)
+        rotation.until_served(options.first_certificate_timeout)
+        return rotation
 
     def callbacks(self) -> MainCallbacks:
         return MainCallbacks(ready=self.ready, stopped=self.stopped)
@@ -158,8 +191,12 @@ class Main:
             host = self.options.metrics_host or self.options.server.host
             self.metrics_server = serve_registry(self.metrics.registry, host, port)
         self.watch.start()
+        if self.rotation is not None:
+            self.rotation.start()
 
     def stopped(self) -> None:
+        if self.rotation is not None:
+            self.rotation.stop()
         self.watch.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()

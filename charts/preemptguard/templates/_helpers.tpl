@@ -238,7 +238,7 @@ caBundle kustomize copies from the Secret include them.
 {{/* The Secret the server reads its serving pair from. */}}
 {{- define "preemptguard.tlsSecretName" -}}
 {{- $base := printf "%s-tls" (include "preemptguard.fullname" .) -}}
-{{- if eq .Values.certificates.mode "cert-manager" -}}
+{{- if has .Values.certificates.mode (list "cert-manager" "self-rotating") -}}
 {{- $base -}}
 {{- else if .Values.certificates.selfManaged.existingSecret -}}
 {{- .Values.certificates.selfManaged.existingSecret -}}
