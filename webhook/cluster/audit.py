@@ -468,7 +468,8 @@ def _pod_problems(
     if placement is Placement.STANDARD and node_class == PREEMPTIBLE:
         message = (
             f"class {d.workload_class} must run on standard nodes, but the pod is bound to "
-            f"preemptible node {node}: a reclaim there takes it down within 300 s; recreate it "
+            f"preemptible node {node}: a reclaim there takes it down within "
+            f"{policy.max_grace_seconds} s; recreate it "
             "so that the webhook keeps it off preemptible nodes"
         )
         found.append(
