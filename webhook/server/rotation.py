@@ -378,4 +378,3 @@ def _decoded(secret: Mapping[str, Any]) -> dict[str, bytes]:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
