@@ -6,7 +6,9 @@ lists with ``limit``/``continue``,
 field selectors (``=``, ``==``, ``!=`` on dotted fields) and equality label selectors; watches
 from a resourceVersion (replayed from a log, then live, ended after ``timeoutSeconds``); get,
 create (``generateName``, 409), update (409 on a stale resourceVersion), merge and apply
-patches, and deletes (a pod bound to a node with a grace period stays, with its
+patches, strategic merge patches of a pod's ``status`` subresource (conditions merged by
+``type``, container statuses by ``name``; a ``metadata.uid`` that is not the pod's is a 409),
+and deletes (a pod bound to a node with a grace period stays, with its
 ``deletionTimestamp``, as without a kubelet). Every request is recorded, so tests can check
 the RBAC verbs the code needed (``calls``) and that nothing was read per object.
 """
@@ -316,7 +318,10 @@ class FakeApiServer:
             raise _Status(404, "NotFound", "the server could not find the requested resource")
         return None
 
-    def _route(self, url_path: str) -> tuple[tuple[str, str, str], str | None, str | None]:
+    def _route(
+        self, url_path: str
+    ) -> tuple[tuple[str, str, str], str | None, str | None, str | None]:
+        """The resource, namespace, name and subresource (only a pod's ``status`` is served)."""
         parts = [unquote(p) for p in url_path.split("/") if p]
         if parts[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", parts[2:]
@@ -332,7 +337,10 @@ class FakeApiServer:
             raise _Status(
                 404, "NotFound", f"the server could not find the requested resource {url_path}"
             )
-        return key, namespace, rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and (RESOURCES[key][0], sub) != ("Pod", "status"):
+            raise _Status(404, "NotFound", f"no subresource {sub} of {rest[0]}")
+        return key, namespace, rest[1] if len(rest) > 1 else None, sub
 
     def _list(
         self, key: tuple[str, str, str], namespace: str | None, q: dict[str, builtins.list[str]]
@@ -461,11 +469,14 @@ class FakeApiServer:
                     if discovered is not None:
                         self._send(200, discovered)
                         return
-                    key, namespace, name = fake._route(url.path)
+                    key, namespace, name, sub = fake._route(url.path)
                     if method == "GET" and name is None and q.get("watch") == ["true"]:
                         self._stream(key, namespace, q)
                         return
-                    status, answer = self._answer(method, key, namespace, name, q, body)
+                    if sub is not None:
+                        status, answer = self._status(method, key, namespace or "", name, body)
+                    else:
+                        status, answer = self._answer(method, key, namespace, name, q, body)
                 except _Status as exc:
                     status, answer = exc.code, exc.body()
                 self._send(status, answer)
@@ -525,6 +536,34 @@ class FakeApiServer:
                     if method == "DELETE":
                         return 200, fake._delete(key, namespace or "", name, body or {})
                 raise _Status(405, "MethodNotAllowed", method)
+
+            def _status(
+                self, method: str, key: tuple[str, str, str], namespace: str, name: Any, body: Any
+            ) -> tuple[int, Obj]:
+                """A pod's ``status`` subresource: read it, or patch its status only."""
+                with fake._lock:
+                    stored = fake.objects.get((key, namespace, name))
+                    if stored is None:
+                        raise _Status(404, "NotFound", f'pods "{name}" not found')
+                    if method == "GET":
+                        return 200, copy.deepcopy(stored)
+                    strategic = self.headers.get("Content-Type", "").startswith(
+                        "application/strategic-merge-patch"
+                    )
+                    if method != "PATCH" or not strategic:
+                        raise _Status(405, "MethodNotAllowed", f"{method} of pods/status")
+                    wanted = (body.get("metadata") or {}).get("uid")
+                    uid = stored["metadata"].get("uid")
+                    if wanted is not None and wanted != uid:
+                        message = (
+                            f"Precondition failed: UID in precondition: {wanted}, UID in "
+                            f"object meta: {uid}"
+                        )
+                        raise _Status(409, "Conflict", message)
+                    updated = copy.deepcopy(stored)
+                    status = updated.setdefault("status", {})
+                    _strategic_merge(status, body.get("status") or {}, STATUS_LIST_KEYS)
+                    return 200, fake._store(key, namespace, name, updated, "MODIFIED")
 
             def _stream(
                 self, key: tuple[str, str, str], namespace: str | None, q: dict[str, list[str]]
@@ -595,6 +634,28 @@ def _merge(target: Obj, patch: Obj) -> None:
             _merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
+
+
+# The lists of a pod's status that a strategic merge patch merges by a key, and their keys.
+STATUS_LIST_KEYS = {"conditions": "type", "containerStatuses": "name"}
+
+
+def _strategic_merge(target: Obj, patch: Obj, keys: dict[str, str]) -> None:
+    """A strategic merge patch, as far as a pod's status needs: the lists of ``keys`` merged
+    entry by entry on their key, everything else as a merge patch."""
+    for field, value in patch.items():
+        key = keys.get(field)
+        if key is None or not isinstance(value, list):
+            _merge(target, {field: value})
+            continue
+        merged = list(target.get(field) or [])
+        for entry in value:
+            at = next((i for i, e in enumerate(merged) if e.get(key) == entry.get(key)), None)
+            if at is None:
+                merged.append(copy.deepcopy(entry))
+            else:
+                merged[at] = {**merged[at], **copy.deepcopy(entry)}
+        target[field] = merged
 
 
 def _field(obj: Obj, dotted: str) -> str:

@@ -134,6 +134,16 @@ def test_the_drill_cordons_emits_deletes_and_reports_each_pod(
     assert timed.get("Pod", "elsewhere", "team") is not None
     deletes = [r for r in timed.requests if r.method == "DELETE"]
     assert len(deletes) == 4
+    # Each pod deleted was first given DisruptionTarget, as the observer does in a reclaim.
+    assert all(r.marked and r.mark_error is None for r in report.results)
+    (marked,) = [c for c in batch["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (marked["status"], marked["reason"]) == ("True", "PreemptibleNodeReclaimed")
+    assert marked["message"] == (
+        "preemptguard drill: reclaim of preemptible node pre-1 rehearsed; the pod is deleted"
+    )
+    patched = [r.path for r in timed.requests if r.method == "PATCH" and "/pods/" in r.path]
+    assert sorted(patched) == sorted(f"/api/v1/namespaces/team/pods/{n}/status"
+                                     for n in ("api", "batch", "eval", "sweep"))  # fmt: skip
     assert seen[-1] == (300, 3, 4)
 
 
@@ -345,6 +355,36 @@ def test_a_name_taken_between_the_last_look_and_the_delete_is_left_alone(
     assert "deletionTimestamp" not in replacement["metadata"]
 
 
+def test_a_pod_that_cannot_be_marked_is_still_deleted_and_says_why(
+    timed: FakeApiServer,
+    timed_connect: Callable[[], Cluster],
+    policy: Policy,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _node_with_pods(timed, policy)
+    cluster = timed_connect()
+    the_plan = drill.plan(cluster, "pre-1", policy, wait_seconds=5)
+
+    def refused(self: Cluster, resource_path: str, body: Obj) -> Obj:
+        message = 'pods "x" is forbidden: cannot patch resource "pods/status"'
+        raise ClusterError(f"PATCH {resource_path}: HTTP 403: {message}", status=403)
+
+    monkeypatch.setattr(Cluster, "strategic_merge_patch", refused)
+    report = drill.execute(cluster, the_plan, clock)
+    assert len([r for r in timed.requests if r.method == "DELETE"]) == 4
+    by_name = {r.pod.name: r for r in report.results}
+    batch = by_name["batch"]
+    assert not batch.marked
+    assert batch.describe() == (
+        "still running at the deadline (grace period 60 s); not marked DisruptionTarget: "
+        'PATCH /api/v1/namespaces/team/pods/batch/status: HTTP 403: pods "x" is forbidden: '
+        'cannot patch resource "pods/status"'
+    )
+    assert batch.as_json()["disruptionTarget"] is False
+    assert batch.as_json()["markError"].startswith("PATCH /api/v1/namespaces/team/pods/batch")
+
+
 def _refuse_events(monkeypatch: pytest.MonkeyPatch) -> None:
     def create(self: Cluster, resource_path: str, obj: Obj) -> Obj:
         if "/events" in resource_path:
@@ -454,7 +494,7 @@ def test_uncordon_leaves_a_cordon_the_drill_did_not_make(
     report = drill.execute(cluster, the_plan, clock, uncordon=True)
     assert _cordoned(timed)
     assert not report.uncordoned
-    assert not [r for r in timed.requests if r.method == "PATCH"]
+    assert not [r for r in timed.requests if r.method == "PATCH" and "/nodes/" in r.path]
     assert report.node_state() == (
         "left cordoned: it was cordoned before the drill, and --uncordon undoes only the "
         "drill's own cordon"

@@ -21,6 +21,7 @@ import pytest
 
 from tests.cluster.conftest import namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer, stamp
+from webhook.cluster import disruption
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.observer import Observer, ObserverSettings
 from webhook.engine.policy import Policy
@@ -446,3 +447,90 @@ def test_a_metrics_port_in_use_is_reported_plainly(fake: FakeApiServer, tmp_path
         f"error: cannot listen on 127.0.0.1:{port}: address already in use; "
         "pick another --metrics-port"
     )
+
+
+# --- DisruptionTarget, and pods that completed during a reclaim --------------------------------
+
+
+def _conditions(fake: FakeApiServer, name: str, ns: str = "team") -> dict[str, dict[str, Any]]:
+    stored = fake.get("Pod", name, ns)
+    assert stored is not None, name
+    return {c["type"]: c for c in stored["status"].get("conditions", [])}
+
+
+def _status_patches(fake: FakeApiServer) -> list[str]:
+    return [r.path for r in fake.requests if r.method == "PATCH" and r.path.endswith("/status")]
+
+
+def test_the_leader_marks_the_unfinished_pods_of_the_reclaimed_node_once(
+    fake: FakeApiServer,
+    connect: Callable[[], Cluster],
+    observers: Observers,
+    policy: Policy,
+    log_lines: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    _cluster(fake, policy)
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": stamp(time.time())}
+    fake.modify("Pod", "sweep", "team", status={"conditions": [ready]})
+    fake.put(pod("done", node_name="pre-1", phase="Succeeded"))
+    a = observers.start("observer-a")
+    _wait(a.observer.leading.is_set, what="a leads")
+    b = observers.start("observer-b")
+    _wait(b.observer.synced.is_set, what="b synced")
+    _reclaim(fake, connect(), "sweep")  # one pod deleted, the others stopped by the provider
+    marked = {"sweep", "web-7d9-x", "eval", "stuck"}
+    _wait(lambda: a.value("preemptguard_reclaim_pods_marked_total") == 4, what="four marks")
+
+    for name in marked:
+        ns = "research" if name == "stuck" else "team"
+        found = _conditions(fake, name, ns)["DisruptionTarget"]
+        assert (found["status"], found["reason"]) == ("True", "PreemptibleNodeReclaimed")
+        assert found["message"].startswith("preemptible node pre-1 is being reclaimed")
+        assert found["lastTransitionTime"]
+    assert _conditions(fake, "sweep")["Ready"] == ready  # the others kept
+    for name in ("done", "elsewhere", "agent-x"):  # finished, another node, the node's own
+        assert "DisruptionTarget" not in _conditions(fake, name)
+    assert sorted(line["pod"] for line in log_lines("pod_marked")) == sorted(marked)
+    assert b.value("preemptguard_reclaim_pods_marked_total") == 0  # only the leader writes
+
+    # b takes over and replays what it saw: every pod carries the condition already.
+    seen = b.observer.tracker.pods.values
+    _wait(lambda: sum(disruption.marked(p.obj) for p in seen()) == 4, what="b to see the marks")
+    a.halt()
+    _wait(b.observer.leading.is_set, what="b leads")
+    time.sleep(0.5)
+    assert len(_status_patches(fake)) == 4
+    assert b.value("preemptguard_reclaim_pods_marked_total") == 0
+
+
+def test_a_pod_that_succeeds_during_the_reclaim_is_reported_on_its_owner(
+    fake: FakeApiServer,
+    connect: Callable[[], Cluster],
+    observers: Observers,
+    policy: Policy,
+    log_lines: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    _cluster(fake, policy)
+    run = observers.start("observer-a")
+    _wait(run.observer.leading.is_set, what="leadership")
+    _reclaim(fake, connect(), recognised=_by_event(run))
+    _wait(lambda: run.value("preemptguard_reclaim_pods_marked_total") == 4, what="the marks")
+    # The Job's pod exits 0 on SIGTERM (its checkpoint done); eval exits 143.
+    fake.modify("Pod", "sweep", "team", status={"phase": "Succeeded"})
+    fake.modify("Pod", "eval", "team", status={"phase": "Failed"})
+    _wait(lambda: run.displaced() == 2, what="two outcomes")
+
+    counted = "preemptguard_reclaim_pods_completed_total"
+    assert run.value(counted, workload_class="interruptible") == 1
+    assert run.value(counted, workload_class="flexible") == 0
+    (event,) = _events(fake, "CompletedDuringReclaim").values()
+    assert event["involvedObject"]["kind"] == "Job"
+    assert event["involvedObject"]["name"] == "sweep"
+    assert event["type"] == "Normal"
+    assert event["message"].startswith(
+        "pod sweep (interruptible) on preemptible node pre-1 completed successfully during the "
+        "node's reclaim"
+    )
+    (line,) = log_lines("completed_during_reclaim")
+    assert (line["pod"], line["owner"], line["event_written"]) == ("sweep", "Job/sweep", True)
+    assert "DisruptionTarget" in _conditions(fake, "sweep")  # marked, then succeeded

@@ -1,5 +1,6 @@
-"""Recognising reclaims and deciding each displaced pod's outcome (``reclaims.Tracker``), from
-the objects the watches deliver, at the times they arrive: no API server, no real clock."""
+"""Recognising reclaims, the pods to mark ``DisruptionTarget`` and each displaced pod's outcome
+(``reclaims.Tracker``), from the objects the watches deliver, at the times they arrive: no API
+server, no real clock."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from tests.cluster.conftest import T0, node, pod
 from tests.cluster.fake_apiserver import stamp
 from webhook.cluster.reclaims import (
     GRACE_SLACK,
+    Action,
+    Disruption,
     EventIgnored,
     Outcome,
     ReclaimSeen,
@@ -69,6 +72,16 @@ def _records(actions: list[Any]) -> list[Record]:
     return [a for a in actions if isinstance(a, Record)]
 
 
+def _reported(actions: list[Action]) -> list[Action]:
+    """The actions but the pods to mark."""
+    return [a for a in actions if not isinstance(a, Disruption)]
+
+
+def _marked(actions: list[Action]) -> list[str]:
+    """The names of the pods to mark, in order."""
+    return [a.pod["metadata"]["name"] for a in actions if isinstance(a, Disruption)]
+
+
 def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: Tracker) -> None:
     sweep = _pod("sweep", 240, workload="interruptible",
                  annotations={"together.ai/checkpoint-seconds": "210"}, owner=("batch/v1", "Job", "sweep"))  # fmt: skip
@@ -79,10 +92,12 @@ def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: T
         assert tracker.pod("ADDED", p, T0 - 10) == []
     # T+0: cordon, the Event, SIGTERM (the deletions, seen a moment later).
     assert tracker.node("MODIFIED", _node(cordoned=True), T0) == []
-    (seen,) = tracker.preempted_event(_event(), T0)
+    actions = tracker.preempted_event(_event(), T0)
+    (seen,) = _reported(actions)
     assert isinstance(seen, ReclaimSeen)
     assert (seen.reclaim.key, seen.displaced, seen.reclaim.trigger) == (
         "uid-pre-1", 3, Trigger.EVENT)  # fmt: skip
+    assert sorted(_marked(actions)) == ["slow", "stuck", "sweep"]  # once, before their exit
     for p in (sweep, slow, stuck):
         assert tracker.pod("MODIFIED", _deleting(p, T0 + 0.2), T0 + 0.2) == []
     (exited,) = _records(tracker.pod("DELETED", sweep, T0 + 41.2))
@@ -122,7 +137,8 @@ def test_a_cordoned_node_whose_pods_are_deleted_is_a_reclaim_without_the_event(
     assert isinstance(seen, ReclaimSeen)
     assert (seen.reclaim.trigger, seen.reclaim.key, seen.displaced) == (
         Trigger.CORDON, "uid-pre-1", 1)  # fmt: skip
-    assert rest == []
+    assert _marked(rest) == ["job"]
+    assert _reported(rest) == []
     # The Event arriving later is the same reclaim, under the same key: nothing new.
     assert tracker.preempted_event(_event(at=T0), T0 + 2) == []
     (done,) = _records(tracker.pod("DELETED", job, T0 + 11))
@@ -186,7 +202,7 @@ def test_a_restarted_tracker_rebuilds_the_reclaim_from_what_it_lists(policy: Pol
     first.node("ADDED", _node(), T0 - 5)
     first.pod("ADDED", job, T0 - 5)
     first.node("MODIFIED", _node(cordoned=True), T0)
-    (seen,) = first.preempted_event(_event(), T0)
+    (seen,) = _reported(first.preempted_event(_event(), T0))
     first.pod("MODIFIED", _deleting(job, T0), T0)
     # A new process lists nodes, Events, then pods, 20 s later.
     second = Tracker(policy=policy, classify=lambda p: "interruptible")
@@ -223,7 +239,7 @@ def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) 
     seen, *records = tracker.preempted_event(_event(at=T0), T0 + 3)
     assert isinstance(seen, ReclaimSeen)
     assert seen.displaced == 1  # job, not done
-    assert records == []
+    assert (_reported(records), _marked(records)) == ([], ["job"])
     tracker2 = Tracker(policy=tracker.policy, classify=tracker.classify)
     tracker2.node("ADDED", _node(), T0 - 10)
     tracker2.pod("ADDED", job, T0 - 10)
@@ -244,7 +260,9 @@ def test_a_pod_gone_before_a_cordon_revealed_the_reclaim_still_counts(tracker: T
     tracker.pod("ADDED", other, T0 - 10)
     assert tracker.pod("DELETED", job, T0 + 2) == []  # its deletion was never seen
     tracker.node("MODIFIED", _node(cordoned=True), T0 + 2)
-    seen, gone = tracker.pod("MODIFIED", _deleting(other, T0 + 2), T0 + 2)
+    actions = tracker.pod("MODIFIED", _deleting(other, T0 + 2), T0 + 2)
+    assert _marked(actions) == ["other"]  # the gone one is past marking
+    seen, gone = _reported(actions)
     assert isinstance(seen, ReclaimSeen)
     assert seen.reclaim.trigger is Trigger.CORDON
     assert isinstance(gone, Record)
@@ -292,7 +310,7 @@ def test_an_event_not_written_as_the_provider_writes_it_starts_nothing(
     # The real reclaim that follows judges the pod.
     seen, *rest = tracker.pod("MODIFIED", _deleting(job, T0 + 100), T0 + 100)
     assert isinstance(seen, ReclaimSeen)
-    assert (seen.displaced, rest) == (1, [])
+    assert (seen.displaced, _reported(rest)) == (1, [])
     (done,) = _records(tracker.pod("DELETED", job, T0 + 110))
     assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(10.0))
 
@@ -328,7 +346,7 @@ def test_an_event_on_a_node_not_cordoned_waits_for_its_cordon(tracker: Tracker) 
     # The Event's watch delivers it before the node's: it waits for the cordon.
     assert tracker.preempted_event(_event(at=T0), T0 + 0.2) == []
     assert not tracker.reclaims
-    (seen,) = tracker.node("MODIFIED", _node(cordoned=True), T0 + 0.5)
+    (seen,) = _reported(tracker.node("MODIFIED", _node(cordoned=True), T0 + 0.5))
     assert isinstance(seen, ReclaimSeen)
     assert (seen.displaced, seen.reclaim.started) == (1, T0)
     # A node cordoned long after an Event is not the reclaim it announced.
@@ -358,7 +376,7 @@ def test_an_events_own_time_is_kept_within_what_was_seen(
         tracker.node("ADDED", _node(), T0 - 200)
         tracker.node("MODIFIED", _node(cordoned=True), T0)
     tracker.pod("ADDED", job, T0)
-    (seen,) = tracker.preempted_event(_event(at=claimed), T0 + 10)
+    (seen,) = _reported(tracker.preempted_event(_event(at=claimed), T0 + 10))
     assert isinstance(seen, ReclaimSeen)
     assert seen.reclaim.started == started
     if not listed:
@@ -396,7 +414,7 @@ def test_a_pod_judged_without_its_deletion_is_judged_again_by_a_later_reclaim(
     tracker.node("ADDED", _node(), T0 - 10)
     tracker.pod("ADDED", job, T0 - 10)
     tracker.node("MODIFIED", _node(cordoned=True), T0)
-    (seen,) = tracker.preempted_event(_event(at=T0), T0)
+    (seen,) = _reported(tracker.preempted_event(_event(at=T0), T0))
     assert isinstance(seen, ReclaimSeen)
     # Neither deleted nor gone: recorded once its grace and the slack are past.
     (still,) = _records(tracker.tick(T0 + 30 + GRACE_SLACK + 1))
@@ -409,7 +427,92 @@ def test_a_pod_judged_without_its_deletion_is_judged_again_by_a_later_reclaim(
     tracker.node("MODIFIED", _node(cordoned=True), T0 + 100)
     seen, *rest = tracker.pod("MODIFIED", _deleting(job, T0 + 100), T0 + 100)
     assert isinstance(seen, ReclaimSeen)
-    assert (seen.displaced, rest) == (1, [])
+    assert (seen.displaced, _reported(rest), _marked(rest)) == (1, [], ["job"])  # a new reclaim
     (done,) = _records(tracker.pod("DELETED", job, T0 + 112))
     assert (done.outcome, done.seconds, done.standing) == (
         Outcome.EXITED_IN_TIME, _approx(12.0), False)  # fmt: skip
+
+
+# --- the pods to mark, and those that completed -----------------------------------------------
+
+
+def _finished(obj: Obj, phase: str, at: float | None = None) -> Obj:
+    """``obj`` finished (``phase``), its container saying when when ``at`` is given."""
+    obj = copy.deepcopy(obj)
+    obj["status"]["phase"] = phase
+    if at is not None:
+        code = 0 if phase == "Succeeded" else 143
+        obj["status"]["containerStatuses"] = [
+            {"name": "main", "state": {"terminated": {"exitCode": code, "finishedAt": stamp(at)}}}
+        ]
+    return obj
+
+
+def test_the_pods_to_mark_are_the_unfinished_ones_of_the_reclaimed_node_each_once(
+    tracker: Tracker,
+) -> None:
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.node("ADDED", _node("pre-2"), T0 - 10)
+    running = _pod("running", 30)
+    done = _finished(_pod("done", 30), "Succeeded", T0 - 100)
+    failed = _finished(_pod("failed", 30), "Failed", T0 - 100)
+    agent = _pod("agent", 30, owner=("apps/v1", "DaemonSet", "agent"))
+    other = _pod("other", 30, node_name="pre-2")
+    for p in (running, done, failed, agent, other):
+        tracker.pod("ADDED", p, T0 - 10)
+    tracker.node("MODIFIED", _node(cordoned=True), T0)
+    actions = tracker.preempted_event(_event(), T0)
+    (mark,) = [a for a in actions if isinstance(a, Disruption)]
+    assert (mark.pod["metadata"]["uid"], mark.node, mark.reclaim) == (
+        "uid-running", "pre-1", "uid-pre-1")  # fmt: skip
+    # Seen again, deleted, listed again: still the one mark of this reclaim.
+    assert _marked(tracker.pod("MODIFIED", running, T0 + 1)) == []
+    assert _marked(tracker.pod("MODIFIED", _deleting(running, T0 + 2), T0 + 2)) == []
+    assert _marked(tracker.replace_pods([running, done, failed, agent, other], T0 + 3)) == []
+    # A pod bound to the cordoned node after the reclaim began is not the reclaim's.
+    late = _pod("late", 30)
+    late["metadata"]["creationTimestamp"] = stamp(T0 + 5)
+    assert _marked(tracker.pod("ADDED", late, T0 + 5)) == []
+
+
+def test_a_pod_deleted_on_a_cordoned_node_marks_every_unfinished_pod_of_it(
+    tracker: Tracker,
+) -> None:
+    """Without the provider's Event: the first deletion reveals the reclaim."""
+    tracker.node("ADDED", _node(), T0 - 10)
+    first, second = _pod("first", 30), _pod("second", 30)
+    tracker.pod("ADDED", first, T0 - 10)
+    tracker.pod("ADDED", second, T0 - 10)
+    tracker.node("MODIFIED", _node(cordoned=True), T0)
+    actions = tracker.pod("MODIFIED", _deleting(first, T0 + 1), T0 + 1)
+    assert sorted(_marked(actions)) == ["first", "second"]
+
+
+def test_a_pod_that_succeeds_during_the_reclaim_completed_and_others_did_not(
+    tracker: Tracker,
+) -> None:
+    tracker.node("ADDED", _node(), T0 - 10)
+    pods = {n: _pod(n, 30, workload="interruptible") for n in ("live", "listed", "failed")}
+    before = _finished(_pod("before", 30), "Succeeded", T0 - 100)
+    for p in (*pods.values(), before):
+        tracker.pod("ADDED", p, T0 - 10)
+    tracker.node("MODIFIED", _node(cordoned=True), T0)
+    (early,) = _records(tracker.preempted_event(_event(), T0))
+    assert (early.pod.name, early.completed) == ("before", False)  # done before the reclaim
+    # Seen to succeed, with no container statuses to say when: it was seen to.
+    (live,) = _records(tracker.pod("MODIFIED", _finished(pods["live"], "Succeeded"), T0 + 12))
+    assert (live.outcome, live.completed) == (Outcome.EXITED_IN_TIME, True)
+    assert live.completed_message() == (
+        "pod live (interruptible) on preemptible node pre-1 completed successfully during the "
+        "node's reclaim (12 s after SIGTERM): its work was done before the node went, so it is "
+        "not run again"
+    )
+    # Read after the fact (a relist): its container says when it finished.
+    (listed,) = _records(
+        tracker.pod("MODIFIED", _finished(pods["listed"], "Succeeded", T0 + 3), T0 + 20)
+    )
+    assert listed.completed
+    (failed,) = _records(
+        tracker.pod("MODIFIED", _finished(pods["failed"], "Failed", T0 + 4), T0 + 20)
+    )
+    assert not failed.completed

@@ -13,11 +13,17 @@ with the rights the shipped roles of ``manifests/components/observer`` grant and
   "exits" (a delete with grace 0 at a chosen time, one of them after its grace ran out, one
   never, then the node removed) and checks the drill's report, the observers' metrics, the
   Events on each pod's owner and the log lines; the leader is stopped half-way and the other
-  replica takes over without counting anything twice.
+  replica takes over without counting anything twice;
+- ``preemptguard observe`` gives the pods of a node the provider reclaims the
+  ``DisruptionTarget`` condition before they exit: a Job whose ``podFailurePolicy`` ignores
+  that condition (1.37; the policy is 1.26+) survives three reclaims and completes, where
+  without the observer the same Job fails at the first; a pod that exits 0 during a reclaim is
+  reported on its owner.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -50,6 +56,7 @@ from harness.webhook import (
 )
 from tests.e2e import upstream
 from webhook.cluster.access import audited_kinds
+from webhook.kube.clock import format_time
 from webhook.loading.policies import builtin_policy
 
 pytestmark = pytest.mark.e2e
@@ -528,13 +535,15 @@ def test_the_shipped_roles_grant_the_live_commands_nothing_more(
     """What each part may not do (the runs here show what it may)."""
 
     def can(account: str, verb: str, resource: str, group: str = "") -> bool:
+        name, _, sub = resource.partition("/")
+        attributes = {"verb": verb, "resource": name, "group": group, "subresource": sub}
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
                 "user": f"system:serviceaccount:{NAMESPACE}:{account}",
                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
-                "resourceAttributes": {"verb": verb, "resource": resource, "group": group},
+                "resourceAttributes": attributes,
             },
         }
         answer = kube.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review).body
@@ -550,6 +559,11 @@ def test_the_shipped_roles_grant_the_live_commands_nothing_more(
     assert not can(OBSERVER_SA, "delete", "pods")
     assert not can(OBSERVER_SA, "patch", "nodes")
     assert not can(OBSERVER_SA, "update", "events")
+    assert can(OBSERVER_SA, "patch", "pods/status")  # DisruptionTarget, and nothing else
+    assert not can(OBSERVER_SA, "patch", "pods")
+    assert not can(OBSERVER_SA, "update", "pods/status")
+    assert can("rehearser", "patch", "pods/status")
+    assert not can("rehearser", "patch", "pods")
     assert can("rehearser", "delete", "pods")
     assert not can("rehearser", "delete", "nodes")
     assert not can("rehearser", "create", "pods/eviction")
@@ -747,6 +761,12 @@ def test_a_drill_as_two_observers_watch_it(
     assert kube.get(f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
     assert "drill: [" in err.decode()  # the progress bar
 
+    # The drill gave every pod it deleted DisruptionTarget first (the observer did too).
+    conditions = kube.get(f"{_pods(namespace)}/stuck")["status"]["conditions"]
+    (marked,) = [c for c in conditions if c["type"] == "DisruptionTarget"]
+    assert (marked["status"], marked["reason"]) == ("True", "PreemptibleNodeReclaimed")
+    assert all(r["disruptionTarget"] for r in report["results"])
+
     # T+5:00 comes early: the node is removed with "stuck" still inside its 60 s grace.
     kube.delete(f"/api/v1/nodes/{node}", grace_seconds=None)
     wait_until(lambda: b.displaced() == 3, timeout=30, what="observer-b to record the rest")
@@ -812,3 +832,201 @@ def test_drill_refuses_a_standard_node(
         kube.get("/api/v1/nodes/standard-1")
     except KubeError:  # pragma: no cover - the node is one of the session's
         pytest.fail("standard-1 is gone")
+
+
+# --- DisruptionTarget: what a Job's podFailurePolicy needs to see ----------------------------
+
+RECLAIM_GROUP = "e2e.preemptguard.together.ai/reclaims"
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore",
+                                 "onPodConditions": [{"type": "DisruptionTarget"}]}]}  # fmt: skip
+
+
+def _group_node(kube: Kube, group: str) -> str:
+    """A fresh preemptible node, the only kind the pods of ``group`` may be bound to."""
+    name = cluster.unique("preemptible-reclaimed")
+    cluster.create_node(kube, name, PREEMPTIBLE, labels={RECLAIM_GROUP: group})
+    return name
+
+
+def _provider_reclaims(kube: Kube, node: str) -> None:
+    """T+0 as the provider does it: the node cordoned, the TogetherPreempted Event on it."""
+    cluster.cordon(kube, node)
+    uid = kube.get(f"/api/v1/nodes/{node}")["metadata"]["uid"]
+    now = format_time(time.time())
+    kube.create("/api/v1/namespaces/default/events", {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{node}."},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
+        "reason": "TogetherPreempted", "type": "Warning", "message": "node reclaimed",
+        "source": {"component": "provider"}, "firstTimestamp": now, "lastTimestamp": now,
+        "count": 1})  # fmt: skip
+
+
+def _kubelet_ends(kube: Kube, namespace: str, name: str, phase: str) -> None:
+    """The pod's one container ends as its kubelet reports it: exit 143 on SIGTERM (Failed)
+    or 0 (Succeeded), through the status subresource, its other conditions kept."""
+    code, reason = (0, "Completed") if phase == "Succeeded" else (143, "Error")
+    now = format_time(time.time())
+    terminated = {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}
+    status = {"phase": phase, "containerStatuses": [
+        {"name": "main", "image": "registry.invalid/e2e:1", "imageID": "", "ready": False,
+         "restartCount": 0, "state": {"terminated": terminated}}]}  # fmt: skip
+    kube.call("PATCH", f"{_pods(namespace)}/{name}/status", {"status": status},
+              content_type="application/strategic-merge-patch+json")  # fmt: skip
+
+
+def _disruption(kube: Kube, namespace: str, name: str) -> Obj | None:
+    conditions = kube.get(f"{_pods(namespace)}/{name}")["status"].get("conditions", [])
+    return next((c for c in conditions if c["type"] == "DisruptionTarget"), None)
+
+
+def _job(name: str, group: str) -> Obj:
+    """``backoffLimit: 0``: the first failure that counts fails it; reclaims do not count."""
+    template = cluster.pod_template({"app": name}, nodeSelector={RECLAIM_GROUP: group},
+                                    tolerations=TOLERATE_ALL, restartPolicy="Never")  # fmt: skip
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"backoffLimit": 0, "podFailurePolicy": IGNORE_DISRUPTIONS,
+                     "podReplacementPolicy": "Failed", "template": template}}  # fmt: skip
+
+
+def _running_pod(kube: Kube, namespace: str, app: str, node: str) -> str:
+    """The pod of ``app`` the scheduler bound to ``node`` (a Job's replacement comes after
+    the controller's back-off: 10, 20, then 40 s)."""
+
+    def bound() -> str | None:
+        for found in cluster.pods_with_labels(kube, namespace, f"app={app}"):
+            if found["spec"].get("nodeName") == node:
+                return str(found["metadata"]["name"])
+        return None
+
+    return wait_until(bound, timeout=120, what=f"a pod of {app} bound to {node}")
+
+
+def _job_finished(kube: Kube, namespace: str, name: str) -> str | None:
+    """``Complete`` or ``Failed`` once the Job is."""
+    job = kube.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+    for condition in job.get("status", {}).get("conditions", []):
+        if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
+            return str(condition["type"])
+    return None
+
+
+def _clean_up(kube: Kube, namespace: str, job: str, nodes: list[str]) -> None:
+    kube.call("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}",
+              {"propagationPolicy": "Background"})  # fmt: skip
+    leftovers = [p["metadata"]["name"] for p in kube.get(_pods(namespace))["items"]]
+    cluster.delete_pods(kube, namespace, leftovers)
+    for node in nodes:
+        kube.delete(f"/api/v1/nodes/{node}")
+
+
+@pytest.mark.releases("1.37", reason="podFailurePolicy is served from Kubernetes 1.26")
+def test_without_the_observer_a_reclaim_fails_a_job_that_ignores_disruptions(
+    kube: Kube, nodes: dict[str, str], namespace: str
+) -> None:
+    group = cluster.unique("unobserved")
+    node = _group_node(kube, group)
+    kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", _job("train", group))
+    name = _running_pod(kube, namespace, "train", node)
+    _provider_reclaims(kube, node)
+    _kubelet_ends(kube, namespace, name, "Failed")
+    finished = wait_until(lambda: _job_finished(kube, namespace, "train"), timeout=60,
+                          what="the Job to finish")  # fmt: skip
+    assert finished == "Failed"
+    assert _disruption(kube, namespace, name) is None  # the provider does not set it
+    _clean_up(kube, namespace, "train", [node])
+
+
+@pytest.mark.releases("1.37", reason="podFailurePolicy is served from Kubernetes 1.26")
+def test_a_job_that_ignores_disruptions_survives_reclaims_the_observer_marks(
+    kube: Kube, nodes: dict[str, str], observers: list[ObserverProcess], namespace: str
+) -> None:
+    group = cluster.unique("observed")
+    reclaimed: dict[str, str] = {}  # pod -> its node
+    node = _group_node(kube, group)
+    kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", _job("train", group))
+    for attempt in range(4):
+        name = _running_pod(kube, namespace, "train", node)
+        _provider_reclaims(kube, node)
+        wait_until(functools.partial(_disruption, kube, namespace, name), timeout=30,
+                   what=f"the observer to mark {name}")  # fmt: skip
+        reclaimed[name] = node
+        node = _group_node(kube, group)  # where the replacement goes
+        # Three pods killed by their reclaim; the fourth finishes its work on SIGTERM.
+        # A replacement bound to the new node (the next turn) is the Job surviving.
+        _kubelet_ends(kube, namespace, name, "Succeeded" if attempt == 3 else "Failed")
+    finished = wait_until(lambda: _job_finished(kube, namespace, "train"), timeout=60,
+                          what="the Job to finish")  # fmt: skip
+    assert finished == "Complete"
+
+    pods = {
+        p["metadata"]["name"]: p for p in cluster.pods_with_labels(kube, namespace, "app=train")
+    }
+    assert set(pods) == set(reclaimed)  # no more pods than reclaims
+    phases = sorted(p["status"]["phase"] for p in pods.values())
+    assert phases == ["Failed", "Failed", "Failed", "Succeeded"]
+    for name, on in reclaimed.items():
+        condition = _disruption(kube, namespace, name)
+        assert condition is not None
+        assert (condition["status"], condition["reason"]) == ("True", "PreemptibleNodeReclaimed")
+        assert f"preemptible node {on} is being reclaimed" in condition["message"]
+
+    a, b = observers
+    wait_until(lambda: a.value("preemptguard_reclaim_pods_completed_total",
+                               workload_class="unclassified") == 1,
+               timeout=30, what="the completed pod counted")  # fmt: skip
+    assert a.value("preemptguard_reclaim_pods_marked_total") == 4
+    assert b.value("preemptguard_reclaim_pods_marked_total") == 0  # only the leader writes
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    (completed,) = [e for e in events if e["reason"] == "CompletedDuringReclaim"]
+    assert (completed["involvedObject"]["kind"], completed["involvedObject"]["name"]) == (
+        "Job", "train")  # fmt: skip
+    assert [line["pod"] for line in a.lines("completed_during_reclaim")] == [
+        n for n, p in pods.items() if p["status"]["phase"] == "Succeeded"
+    ]
+    _clean_up(kube, namespace, "train", [*reclaimed.values(), node])
+
+
+def test_the_observer_marks_only_the_unfinished_pods_of_the_reclaimed_node(
+    kube: Kube, nodes: dict[str, str], observers: list[ObserverProcess], namespace: str
+) -> None:
+    group = cluster.unique("marked")
+    node, other = _group_node(kube, group), _group_node(kube, group)
+    for name, on in (("train", node), ("done", node), ("elsewhere", other)):
+        kube.create(_pods(namespace), cluster.pod(name, nodeSelector={HOSTNAME: on},
+                                                  tolerations=TOLERATE_ALL))  # fmt: skip
+        cluster.wait_scheduled(kube, namespace, name)
+    ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+    kube.call("PATCH", f"{_pods(namespace)}/train/status", {"status": {"conditions": [ready]}},
+              content_type="application/strategic-merge-patch+json")  # fmt: skip
+    before = kube.get(f"{_pods(namespace)}/train")["status"]["conditions"]
+    assert "Ready" in {c["type"] for c in before}
+    _kubelet_ends(kube, namespace, "done", "Succeeded")
+    time.sleep(2.5)  # finished well before the reclaim (times are whole seconds)
+    _provider_reclaims(kube, node)
+    condition = wait_until(lambda: _disruption(kube, namespace, "train"), timeout=30,
+                           what="the observer to mark train")  # fmt: skip
+    assert (condition["status"], condition["reason"]) == ("True", "PreemptibleNodeReclaimed")
+    assert condition["message"].startswith(f"preemptible node {node} is being reclaimed")
+    stored = kube.get(f"{_pods(namespace)}/train")["status"]["conditions"]
+    assert [c for c in stored if c["type"] != "DisruptionTarget"] == before  # the others kept
+    a, _ = observers
+    _kubelet_ends(kube, namespace, "train", "Succeeded")
+    wait_until(lambda: a.value("preemptguard_reclaim_pods_completed_total",
+                               workload_class="unclassified") == 1,
+               timeout=30, what="train counted as completed")  # fmt: skip
+    assert _disruption(kube, namespace, "done") is None  # finished before the reclaim
+    assert _disruption(kube, namespace, "elsewhere") is None  # another node
+    # The uid the observer's patch carries is a precondition: another pod is not marked.
+    wrong = {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"},
+             "status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}}  # fmt: skip
+    with pytest.raises(KubeError) as refused:
+        kube.call("PATCH", f"{_pods(namespace)}/elsewhere/status", wrong,
+                  content_type="application/strategic-merge-patch+json")  # fmt: skip
+    assert refused.value.status in (409, 422), refused.value
+    assert _disruption(kube, namespace, "elsewhere") is None
+    assert a.value("preemptguard_reclaim_pods_marked_total") == 1
+    (line,) = a.lines("completed_during_reclaim")
+    assert (line["pod"], line["owner"]) == ("train", "Pod/train")
+    cluster.delete_pods(kube, namespace, ["train", "done", "elsewhere"])
+    for name in (node, other):
+        kube.delete(f"/api/v1/nodes/{name}")

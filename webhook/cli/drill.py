@@ -60,7 +60,8 @@ def drill_command(
 ) -> None:
     """Rehearse a reclaim of preemptible NODE, as the provider does it.
 
-    Cordons the node, emits the TogetherPreempted Event, deletes every pod on it with its own
+    Cordons the node, emits the TogetherPreempted Event, gives every pod on it the
+    DisruptionTarget condition (as the observer does in a reclaim) and deletes it with its own
     grace period (a delete, not an eviction: PodDisruptionBudgets are not honoured, as the
     provider does not honour them), waits for them to exit, and reports per pod when it
     exited or that it was still running at the deadline, and which pods of a standard-only

@@ -91,12 +91,15 @@ def observe_command(
 ) -> None:
     """Watch every reclaim of a preemptible node and report what happened to its pods.
 
-    Watches Nodes, Pods and TogetherPreempted Events. For each pod a reclaim displaces it
-    records the class, grace period, declared checkpoint, the time from SIGTERM to its exit
-    and the outcome (exited in time, still running when its grace ran out, lost with the
-    node), as Prometheus metrics, a Kubernetes Event on the pod's owner and a JSON log line.
-    Run two replicas: one holds a coordination.k8s.io Lease and acts, the other takes over.
-    Runs until SIGTERM.
+    Watches Nodes, Pods and TogetherPreempted Events. As soon as it recognises a reclaim it
+    gives every unfinished pod of the node the DisruptionTarget condition (reason
+    PreemptibleNodeReclaimed), so that a Job's podFailurePolicy can ignore the failure. For
+    each pod a reclaim displaces it records the class, grace period, declared checkpoint, the
+    time from SIGTERM to its exit and the outcome (exited in time, still running when its
+    grace ran out, lost with the node), and whether it completed (exit 0) during the reclaim,
+    as Prometheus metrics, a Kubernetes Event on the pod's owner and a JSON log line. Run two
+    replicas: one holds a coordination.k8s.io Lease and acts, the other takes over. Runs
+    until SIGTERM.
     """
     from webhook.cluster.metrics import ObserverMetrics
     from webhook.cluster.observer import Observer, ObserverSettings

@@ -52,10 +52,12 @@ AUDIT_OPEN_REPORTS = _union(
 )
 
 # The reclaim observer, cluster-wide: watches, the namespaces of displaced pods without a
-# placement record (to classify them), the Deployment behind a ReplicaSet, and its Events.
+# placement record (to classify them), the Deployment behind a ReplicaSet, its Events, and the
+# DisruptionTarget condition on the pods of a node being reclaimed (their status only).
 OBSERVER = _union(
     _grant("", "nodes", "list", "watch"),
     _grant("", "pods", "list", "watch"),
+    _grant("", "pods/status", "patch"),
     _grant("", "events", "list", "watch", "create"),
     _grant("", "namespaces", "get"),
     _grant("apps", "replicasets", "get"),
@@ -65,10 +67,12 @@ OBSERVER = _union(
 OBSERVER_LEASE = _grant("coordination.k8s.io", "leases", "get", "create", "update")
 
 # `preemptguard drill NODE`: the node (read, cordon, uncordon), its pods (listed by node,
-# deleted), their namespaces (to classify them) and the TogetherPreempted Event.
+# given DisruptionTarget, deleted), their namespaces (to classify them) and the
+# TogetherPreempted Event.
 DRILL = _union(
     _grant("", "nodes", "get", "patch"),
     _grant("", "pods", "list", "delete"),
+    _grant("", "pods/status", "patch"),
     _grant("", "namespaces", "get"),
     _grant("", "events", "create"),
 )

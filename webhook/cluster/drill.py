@@ -1,9 +1,10 @@
 """``preemptguard drill NODE``: a reclaim of one preemptible node rehearsed as the provider does
-it (DESIGN §1): cordon, the ``TogetherPreempted`` Event, every pod deleted with its own grace
-period (a delete, not an eviction: the provider does not honour PodDisruptionBudgets), then up
-to 300 s for them to go. The report says, per pod, when it exited or that it was still running
-at the deadline, and which pods of a standard-only class were on the node (there should be
-none). The node is not removed; it is uncordoned only when asked, and only when the drill
+it (DESIGN §1): cordon, the ``TogetherPreempted`` Event, every pod given the ``DisruptionTarget``
+condition (as the observer gives it in a real reclaim: see ``disruption``) and deleted with its
+own grace period (a delete, not an eviction: the provider does not honour PodDisruptionBudgets),
+then up to 300 s for them to go. The report says, per pod, when it exited or that it was
+still running at the deadline, and which pods of a standard-only class were on the node (there
+should be none). The node is not removed; it is uncordoned only when asked, and only when the drill
 cordoned it: a cordon someone else made before the drill is theirs to undo.
 
 Only the pods of the plan are deleted, by uid: a pod deleted while the plan waited for its
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cluster import inventory
+from webhook.cluster import disruption, inventory
 from webhook.cluster.inventory import PREEMPTIBLE
 from webhook.cluster.reclaims import PREEMPTED_REASON, TERMINAL_PHASES, WINDOW_SECONDS
 from webhook.engine.decision import NamespaceMeta, Obj
@@ -173,6 +174,9 @@ class PodResult:
     error: str | None = None
     # Gone before its delete: not on the node any more, or its name taken by a newer pod.
     gone_before: bool = False
+    # Given DisruptionTarget before its delete; else why not (the delete went ahead).
+    marked: bool = False
+    mark_error: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -189,6 +193,9 @@ class PodResult:
             return (
                 "gone before the drill deleted it (a new pod of that name, if any, was left alone)"
             )
+        return self._exit() + self._mark()
+
+    def _exit(self) -> str:
         if self.exited_after is None:
             return f"still running at the deadline (grace period {self.pod.grace} s)"
         seconds = round(self.exited_after)
@@ -199,6 +206,11 @@ class PodResult:
             )
         return f"exited after {seconds} s (grace period {self.pod.grace} s)"
 
+    def _mark(self) -> str:
+        if self.mark_error is None:
+            return ""
+        return f"; not marked {disruption.CONDITION}: {self.mark_error}"
+
     def as_json(self) -> dict[str, Any]:
         return {
             **self.pod.as_json(),
@@ -207,6 +219,8 @@ class PodResult:
             if self.exited_after is not None
             else None,
             "error": self.error,
+            "disruptionTarget": self.marked,
+            "markError": self.mark_error,
             "message": self.describe(),
         }
 
@@ -287,7 +301,7 @@ def execute(
         reason = f"cannot write the {PREEMPTED_REASON} Event: {exc}"
         raise ClusterError(_stopped(cluster, report, reason), status=exc.status) from None
     for planned in the_plan.to_delete:
-        report.results.append(_delete(cluster, planned, still_planned, clock))
+        report.results.append(_delete(cluster, the_plan.node, planned, still_planned, clock))
     _wait(cluster, report, clock, progress)
     if uncordon and report.cordoned_by_drill:
         _uncordon(cluster, report)
@@ -359,11 +373,12 @@ def _stopped(cluster: Cluster, report: Report, reason: str) -> str:
 
 
 def _delete(
-    cluster: Cluster, planned: PlannedPod, still_planned: set[str], clock: Clock
+    cluster: Cluster, node: str, planned: PlannedPod, still_planned: set[str], clock: Clock
 ) -> PodResult:
     result = PodResult(pod=planned)
     if planned.uid not in still_planned:
         return _gone_before(result, clock)
+    _mark(cluster, node, planned, result, clock)
     pod_path = path("pods", namespace=planned.namespace, name=planned.name)
     try:
         # Only the planned pod: a pod that took its name since is not touched.
@@ -377,6 +392,22 @@ def _delete(
         return result
     result.sigterm = clock.now()
     return result
+
+
+def _mark(
+    cluster: Cluster, node: str, planned: PlannedPod, result: PodResult, clock: Clock
+) -> None:
+    """Give the planned pod ``DisruptionTarget``, by its uid. A failure is reported on the pod
+    and the delete goes ahead, as the reclaim rehearsed would; a pod gone, or whose name
+    another pod took (404, 409), is found so by its delete."""
+    pod = {"metadata": {"namespace": planned.namespace, "name": planned.name, "uid": planned.uid}}
+    try:
+        disruption.mark(cluster, pod, disruption.drill_message(node), clock.now())
+    except ClusterError as exc:
+        if not (exc.not_found or exc.conflict):
+            result.mark_error = str(exc)
+        return
+    result.marked = True
 
 
 def _gone_before(result: PodResult, clock: Clock) -> PodResult:

@@ -43,6 +43,19 @@ class ObserverMetrics(RegistryMetrics):
             buckets=EXIT_BUCKETS,
             registry=reg,
         )
+        self.marked = Counter(
+            "preemptguard_reclaim_pods_marked",
+            "Pods of a node being reclaimed given the DisruptionTarget condition before they "
+            "exited (so that a Job's podFailurePolicy can ignore their failure).",
+            registry=reg,
+        )
+        self.completed = Counter(
+            "preemptguard_reclaim_pods_completed",
+            "Displaced pods that completed successfully (exit 0) after their node's reclaim "
+            "began, by workload class.",
+            ["workload_class"],
+            registry=reg,
+        )
         self.leader = Gauge(
             "preemptguard_observer_leader",
             "1 while this replica holds the observer's Lease and acts on reclaims.",
@@ -56,7 +69,8 @@ class ObserverMetrics(RegistryMetrics):
         )
         self.write_failures = Counter(
             "preemptguard_observer_write_failures",
-            "Events the observer could not write (the outcome is still counted and logged).",
+            "Events or pod conditions the observer could not write (the outcome is still "
+            "counted and logged).",
             registry=reg,
         )
         self.audit_findings = Gauge(

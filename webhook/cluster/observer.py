@@ -2,9 +2,12 @@
 namespace where events about Nodes are recorded, ``default``: the only ones trusted), recognises
 reclaims (``reclaims.Tracker``) and, on the replica that holds the Lease, reports each one:
 
+- the ``DisruptionTarget`` condition on every pod of the node that has not finished, as soon
+  as the reclaim is recognised (``disruption``), so that a Job's ``podFailurePolicy`` can
+  ignore the failure the reclaim causes;
 - a Kubernetes Event on the Node when a reclaim is recognised, and on each displaced pod's
   owner (the Deployment behind its ReplicaSet, its Job, StatefulSet, ...; the pod itself when it
-  has none) saying what happened to it;
+  has none) saying what happened to it, and whether it completed during the reclaim;
 - Prometheus metrics (``metrics.ObserverMetrics``) and one JSON log line per reclaim and pod.
 
 Every replica keeps the state current; only the leader acts. Each Event has a name made from
@@ -29,15 +32,17 @@ from typing import Any
 import structlog
 
 from webhook.cluster import audit as auditing
-from webhook.cluster import inventory, reports
+from webhook.cluster import disruption, inventory, reports
 from webhook.cluster.inventory import OwnerRef
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.reclaims import (
     GRACE_SLACK,
     NODE_EVENT_NAMESPACE,
     PREEMPTED_REASON,
+    TERMINAL_PHASES,
     WINDOW_SECONDS,
     Action,
+    Disruption,
     EventIgnored,
     Outcome,
     ReclaimSeen,
@@ -64,6 +69,8 @@ REASONS = {
     Outcome.LOST_WITH_NODE: ("ReclaimLostWithNode", "Warning"),
 }
 NAMESPACE_TTL = 60.0
+
+Reported = ReclaimSeen | Record | Disruption
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class Observer:
         self.synced = threading.Event()
         self._inbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
         # What the leader reports (Events, counts), kept for a while by a follower.
-        self._pending: collections.deque[tuple[float, ReclaimSeen | Record]] = collections.deque()
+        self._pending: collections.deque[tuple[float, Reported]] = collections.deque()
         self._namespaces: dict[str, tuple[float, NamespaceMeta]] = {}
         self._owners: dict[str, OwnerRef | None] = {}
         self._stop = threading.Event()
@@ -250,12 +257,41 @@ class Observer:
             self._pending.popleft()
         if not self.leading.is_set():
             return
+        # The pods first: each write before them is time they may spend exiting unmarked.
+        due = sorted(self._pending, key=lambda item: not isinstance(item[1], Disruption))
+        self._pending = collections.deque(due)
         while self._pending:
             _, action = self._pending.popleft()
-            if isinstance(action, ReclaimSeen):
+            if isinstance(action, Disruption):
+                self._disrupt(action)
+            elif isinstance(action, ReclaimSeen):
                 self._reclaim(action)
             else:
                 self._record(action)
+
+    def _disrupt(self, action: Disruption) -> None:
+        """Give the pod ``DisruptionTarget`` unless it went, finished or carries it already
+        (marked by another replica, a drill, or Kubernetes itself) since it was handed out."""
+        uid = inventory.uid_of(action.pod)
+        view = self.tracker.pods.get(uid)
+        pod = view.obj if view is not None else None
+        if pod is None or disruption.marked(pod) or inventory.phase_of(pod) in TERMINAL_PHASES:
+            return
+        where = {"namespace": inventory.namespace_of(pod), "pod": inventory.name_of(pod),
+                 "uid": uid, "node": action.node}  # fmt: skip
+        message = disruption.reclaim_message(action.node, WINDOW_SECONDS)
+        try:
+            disruption.mark(self.cluster, pod, message, self.clock.now())
+        except ClusterError as exc:
+            if exc.not_found or exc.conflict:  # gone, or its name taken by another pod
+                log.info("pod_not_marked", **where, error=str(exc))
+                return
+            self.metrics.write_failures.inc()
+            log.warning("pod_not_marked", **where, error=str(exc))
+            return
+        self.metrics.marked.inc()
+        log.info("pod_marked", **where, condition=disruption.CONDITION, reason=disruption.REASON,
+                 reclaim=action.reclaim)  # fmt: skip
 
     def _reclaim(self, seen: ReclaimSeen) -> None:
         reclaim = seen.reclaim
@@ -303,6 +339,8 @@ class Observer:
         # while still there, undeleted, may be judged again by its deletion in a later
         # reclaim: that judgement has a name of its own.
         suffix = "-undeleted" if record.standing else ""
+        if record.completed:
+            self._completed(record, involved)
         name = f"{pod.name[: 200 - len(suffix)]}.preemptguard-{pod.uid}{suffix}"
         written = self._event(pod.namespace, name, involved.as_reference(), reason, kind,
                               record.message())  # fmt: skip
@@ -330,6 +368,31 @@ class Observer:
             owner=f"{involved.kind}/{involved.name}",
             reclaim=pod.reclaim,
             message=record.message(),
+            event_written=written is True,
+        )
+
+    def _completed(self, record: Record, involved: OwnerRef) -> None:
+        """A pod that succeeded during the reclaim: an Event on its owner (named after the pod,
+        so written and counted once), a count and a log line."""
+        pod = record.pod
+        suffix = "-completed"
+        name = f"{pod.name[: 200 - len(suffix)]}.preemptguard-{pod.uid}{suffix}"
+        message = record.completed_message()
+        written = self._event(pod.namespace, name, involved.as_reference(),
+                              "CompletedDuringReclaim", "Normal", message)  # fmt: skip
+        if written is False:
+            return
+        self.metrics.completed.labels(workload_class=pod.workload_class).inc()
+        log.info(
+            "completed_during_reclaim",
+            namespace=pod.namespace,
+            pod=pod.name,
+            uid=pod.uid,
+            node=pod.node,
+            workload_class=pod.workload_class,
+            owner=f"{involved.kind}/{involved.name}",
+            reclaim=pod.reclaim,
+            message=message,
             event_written=written is True,
         )
 

@@ -17,6 +17,11 @@ provider stops without deleting it. Its **outcome** is decided once:
   or ``GRACE_SLACK`` after the deadline if it never goes);
 - ``lost-with-node``: the node was removed while the pod was still inside its grace period.
 
+A pod that finished its work after the reclaim began (phase ``Succeeded``) is also recorded as
+**completed** during the reclaim. Every pod of the node that was there when the reclaim began
+(or is being deleted) and has not finished is to be given the ``DisruptionTarget`` condition
+(``Disruption``), once per reclaim, as soon as the reclaim is recognised.
+
 Each reclaim and each outcome carries a key (the node's uid, whichever of the Event or the
 cordon shows the reclaim first; the pod's uid) that the observer turns into idempotent writes,
 so a restarted or newly elected observer that sees the same reclaim again, in whatever order,
@@ -91,19 +96,32 @@ class Displaced:
     deleted: bool
     owner: OwnerRef | None
     reclaim: str
+    # When the reclaim that displaced it began.
+    began: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class Record:
     """A displaced pod's outcome; ``seconds`` from SIGTERM to its exit (None: not seen to exit).
     ``standing``: decided while the pod was still there and not deleted, so a later reclaim of
-    its node may judge it again (by its deletion)."""
+    its node may judge it again (by its deletion). ``completed``: it succeeded (exit 0) after
+    the reclaim began."""
 
     pod: Displaced
     outcome: Outcome
     seconds: float | None
     at: float
     standing: bool = False
+    completed: bool = False
+
+    def completed_message(self) -> str:
+        p = self.pod
+        after = f"{self.seconds:.0f} s after SIGTERM" if self.seconds is not None else "after"
+        return (
+            f"pod {p.name} ({p.workload_class}) on preemptible node {p.node} completed "
+            f"successfully during the node's reclaim ({after}): its work was done before the "
+            "node went, so it is not run again"
+        )
 
     def message(self) -> str:
         p = self.pod
@@ -145,6 +163,16 @@ class ReclaimSeen:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Disruption:
+    """A pod of a node being reclaimed, not finished when last seen: to be given the
+    ``DisruptionTarget`` condition before it exits (``pod``: the object as last seen)."""
+
+    pod: Obj
+    node: str
+    reclaim: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class EventIgnored:
     """A ``TogetherPreempted`` Event not trusted to start a reclaim, and why (told once)."""
 
@@ -155,7 +183,7 @@ class EventIgnored:
     why: str
 
 
-Action = ReclaimSeen | Record | EventIgnored
+Action = ReclaimSeen | Record | Disruption | EventIgnored
 Classifier = Callable[[Obj], str]
 
 
@@ -167,6 +195,8 @@ class _Pod:
     # When its SIGTERM came, if it has: seen live, or read from the object.
     deleting_since: float | None = None
     grace: int = 0
+    # When it was seen to finish (Succeeded or Failed), if that was seen live.
+    finished: float | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +237,8 @@ class Tracker:
     # when: a reclaim learnt of later (a watch that broke and was listed again, the Event
     # arriving after the deletions) still counts them.
     gone: dict[str, tuple[_Pod, float]] = field(default_factory=dict)
+    # Pods already handed out as a ``Disruption`` by the open reclaim of their node.
+    disrupted: set[str] = field(default_factory=set)
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -256,6 +288,7 @@ class Tracker:
         for uid in [u for u, p in self.pods.items() if p.node == name]:
             del self.pods[uid]
             self.decided.discard(uid)
+            self.disrupted.discard(uid)
         for uid in [u for u, (p, _) in self.gone.items() if p.node == name]:
             del self.gone[uid]
         return actions
@@ -269,6 +302,8 @@ class Tracker:
         for uid in [u for u, n in self.standing.items() if n == name]:
             del self.standing[uid]
             self.decided.discard(uid)
+        for uid in [u for u in self.disrupted if u not in self.pods or self.pods[u].node == name]:
+            self.disrupted.discard(uid)
 
     # --- the provider's Event ---------------------------------------------------------------
 
@@ -336,9 +371,11 @@ class Tracker:
             return []
         if kind == "DELETED":
             view = self.pods.pop(uid, None)
+            self.disrupted.discard(uid)
             if uid in self.displaced:
-                return [self._exited(uid, now)]
+                return [self._exited(uid, now, obj, view.finished if view else None)]
             if view is not None and uid not in self.decided:
+                view.obj = obj
                 self.gone[uid] = (view, now)
             self.decided.discard(uid)
             self.standing.pop(uid, None)
@@ -354,6 +391,13 @@ class Tracker:
             return []
         known = self.pods.get(uid)
         view = known or _Pod(obj=obj, node=facts.name, created=created_time(obj))
+        if (
+            known is not None
+            and view.finished is None
+            and _finished(obj)
+            and not _finished(known.obj)
+        ):
+            view.finished = now
         view.obj = obj
         self.pods[uid] = view
         if view.deleting_since is None:
@@ -384,7 +428,10 @@ class Tracker:
             reclaim = Reclaim(node=view.node, key=facts.uid or facts.name,
                               trigger=Trigger.CORDON, started=view.deleting_since)  # fmt: skip
             actions += self._open(reclaim, now)
-        if reclaim is None or uid in self.decided:
+        if reclaim is None:
+            return actions
+        actions += self._disruption(uid, view, reclaim)
+        if uid in self.decided:
             return actions
         current = self.displaced.get(uid)
         if current is None:
@@ -397,8 +444,8 @@ class Tracker:
             self.displaced[uid] = current = replace(
                 current, sigterm=view.deleting_since, deleted=True, grace=view.grace
             )
-        if inventory.phase_of(view.obj) in TERMINAL_PHASES:
-            actions.append(self._exited(uid, now))
+        if _finished(view.obj):
+            actions.append(self._exited(uid, now, view.obj, view.finished))
         return actions
 
     @staticmethod
@@ -407,6 +454,16 @@ class Tracker:
         if view.deleting_since is not None:
             return True
         return reclaim.trigger is Trigger.EVENT and (view.created or 0) <= reclaim.started
+
+    def _disruption(self, uid: str, view: _Pod, reclaim: Reclaim) -> list[Action]:
+        """The pod to mark, once per reclaim: not finished, and being deleted or there when the
+        reclaim began (whatever revealed it: every pod of the node is stopped)."""
+        if uid in self.disrupted or _finished(view.obj):
+            return []
+        if view.deleting_since is None and (view.created or 0) > reclaim.started:
+            return []
+        self.disrupted.add(uid)
+        return [Disruption(pod=view.obj, node=view.node, reclaim=reclaim.key)]
 
     def _displace(self, uid: str, view: _Pod, reclaim: Reclaim, *, went: bool = False) -> Displaced:
         if view.deleting_since is not None:
@@ -427,6 +484,7 @@ class Tracker:
             deleted=deleted,
             owner=inventory.controller_ref(obj),
             reclaim=reclaim.key,
+            began=reclaim.started,
         )
 
     def _open(self, reclaim: Reclaim, now: float) -> list[Action]:
@@ -444,7 +502,7 @@ class Tracker:
             # It went while its node was being reclaimed: its SIGTERM was the reclaim's.
             self.displaced[uid] = self._displace(uid, view, reclaim, went=True)
             self.tally[reclaim.key] = self.tally.get(reclaim.key, 0) + 1
-            late.append(self._exited(uid, at))
+            late.append(self._exited(uid, at, view.obj, view.finished))
         seen = ReclaimSeen(reclaim=reclaim, displaced=self.tally.get(reclaim.key, 0))
         return [seen, *actions, *late]
 
@@ -455,11 +513,16 @@ class Tracker:
 
     # --- outcomes ---------------------------------------------------------------------------
 
-    def _exited(self, uid: str, now: float) -> Record:
+    def _exited(
+        self, uid: str, now: float, last: Obj | None = None, seen_finished: float | None = None
+    ) -> Record:
+        """The pod ``uid`` is gone or finished; ``last``: the object as last seen, and
+        ``seen_finished``: when it was seen to finish, for whether it completed."""
         pod = self.displaced[uid]
         elapsed = max(now - pod.sigterm, 0.0)
         outcome = Outcome.EXITED_IN_TIME if round(elapsed) <= pod.grace else Outcome.GRACE_EXPIRED
-        return self._decide(uid, outcome, elapsed, now)
+        completed = last is not None and completed_since(last, pod.began, seen_finished)
+        return self._decide(uid, outcome, elapsed, now, completed=completed)
 
     def _decide(
         self,
@@ -469,6 +532,7 @@ class Tracker:
         now: float,
         *,
         standing: bool = False,
+        completed: bool = False,
     ) -> Record:
         pod = self.displaced.pop(uid)
         if uid in self.pods:
@@ -478,16 +542,13 @@ class Tracker:
                 # the pod did not go): only this reclaim is done with it; a later reclaim of
                 # the node judges it again, by its deletion.
                 self.standing[uid] = pod.node
-        return Record(pod=pod, outcome=outcome, seconds=seconds, at=now, standing=standing)
+        return Record(pod=pod, outcome=outcome, seconds=seconds, at=now, standing=standing,
+                      completed=completed)  # fmt: skip
 
     def _standing(self, uid: str) -> bool:
         """Still there, not being deleted and not finished."""
         view = self.pods.get(uid)
-        return (
-            view is not None
-            and view.deleting_since is None
-            and inventory.phase_of(view.obj) not in TERMINAL_PHASES
-        )
+        return view is not None and view.deleting_since is None and not _finished(view.obj)
 
     def tick(self, now: float) -> list[Action]:
         """Pods past their grace and then some, and reclaims with nothing left to watch."""
@@ -565,6 +626,33 @@ def _deletion_grace(obj: Obj) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return inventory.grace_seconds(obj)
+
+
+def _finished(pod: Obj) -> bool:
+    return inventory.phase_of(pod) in TERMINAL_PHASES
+
+
+def completed_since(pod: Obj, began: float, seen_finished: float | None = None) -> bool:
+    """Whether ``pod`` succeeded after ``began``: by when its containers say they finished,
+    else when it was seen to finish (``seen_finished``). Times are whole seconds."""
+    if inventory.phase_of(pod) != "Succeeded":
+        return False
+    finished = containers_finished(pod)
+    if finished is None:
+        finished = seen_finished
+    return finished is not None and finished >= began - 1
+
+
+def containers_finished(pod: Obj) -> float | None:
+    """When the last of the pod's containers finished, when every one says it has."""
+    statuses = mapping_at(pod, "status").get("containerStatuses")
+    times: list[float] = []
+    for status in statuses if isinstance(statuses, list) else []:
+        finished = parse_time(mapping_at(status, "state", "terminated").get("finishedAt"))
+        if finished is None:
+            return None
+        times.append(finished)
+    return max(times, default=None)
 
 
 def created_time(obj: Obj) -> float | None:

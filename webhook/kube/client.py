@@ -25,6 +25,7 @@ from webhook.loading import jsondoc
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "preemptguard"
 PAGE_SIZE = 500  # what kubectl asks for
@@ -73,8 +74,9 @@ def path(
     version: str = "v1",
     namespace: str | None = None,
     name: str | None = None,
+    subresource: str | None = None,
 ) -> str:
-    """``/api/v1/namespaces/NS/pods/NAME`` and the like."""
+    """``/api/v1/namespaces/NS/pods/NAME`` and the like (``.../status`` with ``subresource``)."""
     prefix = "/api/v1" if not group else f"/apis/{group}/{version}"
     parts = [prefix]
     if namespace is not None:
@@ -82,6 +84,8 @@ def path(
     parts.append(resource)
     if name is not None:
         parts.append(quote(name, safe=""))
+    if subresource is not None:
+        parts.append(subresource)
     return "/".join(parts)
 
 
@@ -267,6 +271,11 @@ class Cluster:
 
     def merge_patch(self, resource_path: str, patch: Obj) -> Obj:
         return self._json("PATCH", resource_path, body=patch, content_type=MERGE_PATCH)
+
+    def strategic_merge_patch(self, resource_path: str, patch: Obj) -> Obj:
+        """A strategic merge patch: lists such as a pod's ``status.conditions`` are merged by
+        their key (a condition's ``type``), so a patch of one entry keeps the others."""
+        return self._json("PATCH", resource_path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
 
     def apply(self, resource_path: str, obj: Obj) -> Obj:
         """Server-side apply as preemptguard: creates the object or updates the fields it owns.
