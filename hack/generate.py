@@ -207,6 +207,12 @@ FINDING_CODES: dict[str, tuple[tuple[str, ...], str]] = {
         ("warning",),
         "The pod names another scheduler, which it keeps.",
     ),
+    "reclaims-counted": (
+        ("warning",),
+        "A Job of a preemptible class whose reclaimed pods count against `backoffLimit`: its "
+        "pods use `restartPolicy: OnFailure`, or its `podFailurePolicy` has no room for the rule "
+        "that ignores reclaims.",
+    ),
     "affinity-required": (
         ("change",),
         "Required node affinity ANDed into every term (`In` or `NotIn [preemptible]`).",
@@ -226,6 +232,16 @@ FINDING_CODES: dict[str, tuple[tuple[str, ...], str]] = {
         "`priorityClassName`, `priority` and `preemptionPolicy` from the class's PriorityClass.",
     ),
     "scheduler-set": (("change",), "`schedulerName` from the class."),
+    "pod-failure-policy": (
+        ("change",),
+        "A Job (or Job template) of a preemptible class gets a first `podFailurePolicy` rule "
+        "`Ignore` on the pod condition `DisruptionTarget`: reclaims do not count against "
+        "`backoffLimit`.",
+    ),
+    "pod-replacement-policy": (
+        ("change",),
+        "`podReplacementPolicy: Failed`, which Kubernetes requires with a `podFailurePolicy`.",
+    ),
     "not-a-workload": (("skip",), "The kind holds no pods."),
     "unchecked-kind": (
         ("skip",),
@@ -255,7 +271,7 @@ FINDING_CODES: dict[str, tuple[tuple[str, ...], str]] = {
     "subresource": (("skip",), "A request for a subresource."),
     "not-mutated": (
         ("skip",),
-        "A request the mutating hook does not change (anything but a pod CREATE).",
+        "A request the mutating hook does not change (anything but a CREATE).",
     ),
 }
 

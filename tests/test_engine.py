@@ -13,6 +13,7 @@ from tests.conftest import EXAMPLES
 from webhook.cli.dryrun import check
 from webhook.engine.decision import Context
 from webhook.engine.evaluation import evaluate
+from webhook.engine.jobs import disruption_rule
 from webhook.engine.patch import apply_patch, make_patch
 from webhook.engine.policy import Mode, Policy
 from webhook.loading.manifests import load_manifests
@@ -165,6 +166,8 @@ EXPECTED: dict[str, tuple[str | None, bool, list[dict[str, Any]]]] = {
             add(f"{T}/spec/tolerations", [TOLERATION]),
             {"op": "replace", "path": f"{T}/spec/terminationGracePeriodSeconds", "value": 300},
             *batch(T, pod=False),
+            add("/spec/podFailurePolicy", {"rules": [disruption_rule()]}),
+            add("/spec/podReplacementPolicy", "Failed"),
         ],
     ),
     "dcgm-exporter": (None, True, []),

@@ -989,7 +989,7 @@ def test_the_test_pod_asks_the_service_as_the_api_server_does(certs: Path) -> No
     assert container["securityContext"] == server["securityContext"]
     assert spec["securityContext"] == deployment["securityContext"]
     # The hook the API server calls: the Service, its port and path, as the configurations say.
-    (mutating,) = find(objects, "MutatingWebhookConfiguration")["webhooks"]
+    mutating = find(objects, "MutatingWebhookConfiguration")["webhooks"][0]
     service = mutating["clientConfig"]["service"]
     url = f"https://{service['name']}.{service['namespace']}.svc:{service['port']}{service['path']}"
     env = _test_env(pod)

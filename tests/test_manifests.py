@@ -53,6 +53,7 @@ MUTATE, VALIDATE_PODS, VALIDATE_WORKLOADS = (
     "pods.validate.preemptguard.together.ai",
     "workloads.validate.preemptguard.together.ai",
 )
+MUTATE_WORKLOADS = "workloads.mutate.preemptguard.together.ai"
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +151,11 @@ def test_the_base_holds_every_kind_an_install_needs(
 # --- webhook configurations ----------------------------------------------------------------
 
 
-def test_mutation_is_pods_create_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_mutation_is_of_pods_and_job_kinds_at_create_only(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     hooks = webhooks(rendered["base"])
-    assert set(hooks) == {MUTATE, VALIDATE_PODS, VALIDATE_WORKLOADS}
+    assert set(hooks) == {MUTATE, MUTATE_WORKLOADS, VALIDATE_PODS, VALIDATE_WORKLOADS}
     (rule,) = hooks[MUTATE]["rules"]
     assert rule == {
         "operations": ["CREATE"],
@@ -163,6 +166,17 @@ def test_mutation_is_pods_create_only(rendered: dict[str, list[dict[str, Any]]])
     }
     assert hooks[MUTATE]["reinvocationPolicy"] == "IfNeeded"
     assert hooks[MUTATE]["clientConfig"]["service"]["path"] == "/mutate"
+    # Jobs, CronJobs and JobSets get their podFailurePolicy (docs/placement.md).
+    jobs = hooks[MUTATE_WORKLOADS]
+    assert {op for r in jobs["rules"] for op in r["operations"]} == {"CREATE"}
+    assert {(g, res) for r in jobs["rules"] for g in r["apiGroups"] for res in r["resources"]} == {
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("jobset.x-k8s.io", "jobsets"),
+    }
+    assert jobs["reinvocationPolicy"] == "Never"
+    assert jobs["clientConfig"]["service"]["path"] == "/mutate"
+    assert jobs["namespaceSelector"] == hooks[MUTATE]["namespaceSelector"]
 
 
 def test_validation_covers_pod_creates_and_workload_templates(
@@ -261,7 +275,12 @@ def test_hooks_fail_open_unless_the_fail_closed_component_is_added(
         name: hook["failurePolicy"]
         for name, hook in webhooks(rendered["self-managed+fail-closed"]).items()
     }
-    assert strict == {MUTATE: "Ignore", VALIDATE_PODS: "Fail", VALIDATE_WORKLOADS: "Ignore"}
+    assert strict == {
+        MUTATE: "Ignore",
+        MUTATE_WORKLOADS: "Ignore",
+        VALIDATE_PODS: "Fail",
+        VALIDATE_WORKLOADS: "Ignore",
+    }
 
 
 def test_before_1_30_pauses_with_the_images_sleep_and_ships_no_admission_policy(

@@ -7,8 +7,10 @@
   namespace, who asks) decided by the engine, which looks the namespace up if it needs it,
   and the JSON Patch from the object to the decided one. The CLI prints judgements.
 
-The mutating hook places pods on CREATE. The validating hook sees the final object after every
-mutating webhook, so it checks pods and workload templates again, on CREATE and UPDATE.
+The mutating hook places pods on CREATE, and gives workloads created the changes to themselves
+(a Job's podFailurePolicy; their templates are placed when their pods are created). The
+validating hook sees the final object after every mutating webhook, so it checks pods and
+workload templates again, on CREATE and UPDATE.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from webhook.engine.decision import (
 )
 from webhook.engine.evaluation import kinds_of
 from webhook.engine.findings import Code, Finding, bounded, finding, shorten
+from webhook.engine.jobs import JobAPI
 from webhook.engine.patch import PatchOp, make_patch
 from webhook.engine.policy import Mode, Policy
 from webhook.engine.scheduling import PriorityLookup
@@ -52,6 +55,9 @@ class Subject:
     old_object: Obj | None = None
     # None offline: the answer an ordinary user gets.
     requester: Requester | None = None
+    # True for an object as an API server sent it, with the fields it defaulted; False for a
+    # manifest as written, judged as a current release would receive it.
+    as_sent: bool = False
 
     @classmethod
     def of_manifest(cls, obj: Obj, policy: Policy, *, default_namespace: str) -> Subject:
@@ -112,6 +118,9 @@ class Judgement:
     subject: Subject
     decision: Decision
     patch: list[PatchOp]
+    # What the mutating hook answers: ``patch``, but for a workload only the changes to itself
+    # (its templates are placed when their pods are created).
+    stored_patch: list[PatchOp]
 
 
 def judge(
@@ -132,11 +141,13 @@ def judge(
         requester=subject.requester,
         priority_classes=priority_classes or lookups.offline_priority_classes(),
         namespaces=namespaces,
+        job_api=JobAPI.AS_SENT if subject.as_sent else JobAPI.CURRENT,
     )
     decision = evaluate(subject.obj, policy, context)
-    return Judgement(
-        subject=subject, decision=decision, patch=make_patch(subject.obj, decision.mutated)
-    )
+    patch = make_patch(subject.obj, decision.mutated)
+    stored = decision.stored
+    stored_patch = patch if stored is None else make_patch(subject.obj, stored)
+    return Judgement(subject=subject, decision=decision, patch=patch, stored_patch=stored_patch)
 
 
 CLASS_AUDIT_KEY = "workload-class"
@@ -199,8 +210,10 @@ def answer(
     evaluate: Evaluator = engine.evaluate,
     *,
     priority_classes: PriorityLookup | None = None,
+    as_sent: bool = True,
 ) -> Admission:
-    """Answer ``request`` on ``hook``.
+    """Answer ``request`` on ``hook``; ``as_sent`` False for a request made offline from a
+    manifest, whose object carries none of the API server's defaults (see ``Subject``).
 
     Exceptions from the engine, ``NamespaceUnknown`` from ``namespaces`` and
     ``PriorityClassUnknown`` from ``priority_classes`` reach the caller.
@@ -208,9 +221,8 @@ def answer(
     reason = _not_checked(hook, request)
     if reason is not None:
         return Admission(review.allowed(request), Outcome.SKIPPED, detail=reason.message)
-    judged = judge(
-        _subject(request), policy, namespaces, evaluate, priority_classes=priority_classes
-    )
+    subject = dataclasses.replace(_subject(request), as_sent=as_sent)
+    judged = judge(subject, policy, namespaces, evaluate, priority_classes=priority_classes)
     return respond(hook, request, judged, policy)
 
 
@@ -247,6 +259,7 @@ def _subject(request: Request) -> Subject:
         namespace=request.namespace,
         old_object=request.old_object,
         requester=request.requester,
+        as_sent=True,
     )
 
 
@@ -270,6 +283,8 @@ def respond(hook: Hook, request: Request, judged: Judgement, policy: Policy) -> 
     if decision.skip is not None:
         answer = review.allowed(request)
         return Admission.of(answer, Outcome.SKIPPED, decision, detail=decision.skip.message)
+    if hook is Hook.MUTATE and not request.is_pod:
+        return _workload_mutated(request, judged)
     if not decision.allowed:
         message = bounded("; ".join(decision.violations))
         answer = review.denied(request, message, warnings=decision.warnings, audit=_audit(decision))
@@ -305,8 +320,11 @@ def _not_checked(hook: Hook, request: Request) -> Finding | None:
         return finding(Code.SUBRESOURCE, message)
     if request.object is None:  # DELETE and CONNECT carry none
         return finding(Code.OPERATION_NOT_CHECKED, f"{request.operation} is not checked")
-    if hook is Hook.MUTATE and not request.is_pod:
-        message = "workload templates are checked by /validate, never mutated"
+    if hook is Hook.MUTATE and not request.is_pod and request.operation != "CREATE":
+        message = (
+            "workloads are mutated only when created (a Job's podFailurePolicy); their "
+            "templates are checked by /validate"
+        )
         return finding(Code.NOT_MUTATED, message)
     return None
 
@@ -315,6 +333,17 @@ def _mutated(request: Request, judged: Judgement) -> Admission:
     decision, ops = judged.decision, judged.patch
     answer = review.patched(request, ops, warnings=decision.warnings, audit=_audit(decision))
     outcome = Outcome.PATCHED if ops else _allowed_outcome(decision)
+    return Admission.of(answer, outcome, decision, patch_ops=len(ops))
+
+
+def _workload_mutated(request: Request, judged: Judgement) -> Admission:
+    """A workload's changes to itself (a Job's podFailurePolicy), never its templates'. Its
+    refusals and warnings are the validating hook's, which sees the object after every
+    mutating webhook: a refused one gets no patch here."""
+    decision = judged.decision
+    ops = judged.stored_patch if decision.allowed else []
+    answer = review.patched(request, ops, audit=_audit(decision))
+    outcome = Outcome.PATCHED if ops else Outcome.ALLOWED
     return Admission.of(answer, outcome, decision, patch_ops=len(ops))
 
 

@@ -102,11 +102,14 @@ def results_of(document: Document, judged: Judgement, policy: Policy) -> list[Re
             allowed=not part.refusals or policy.mode is Mode.WARN,
             refusals=part.refusals,
             notes=(*(shared if i == 0 else ()), *part.notes, *own, *_warned(part, policy)),
-            changes=part.changes,
+            changes=(*_job_changes(d, part), *part.changes),
             parts=(),
         )
         prefix = part.pointer + "/"
-        patch = [op for op in judged.patch if op["path"].startswith(prefix)]
+        patch = [
+            *_job_ops(judged.patch, part),
+            *(op for op in judged.patch if op["path"].startswith(prefix)),
+        ]
         results.append(
             Result(
                 document=document,
@@ -118,6 +121,26 @@ def results_of(document: Document, judged: Judgement, policy: Policy) -> list[Re
             )
         )
     return results
+
+
+# What the Job spec holding a template gets (webhook/engine/jobs.py): shown with the template.
+_JOB_FIELDS = ("podFailurePolicy", "podReplacementPolicy")
+_JOB_CODES = frozenset({Code.POD_FAILURE_POLICY, Code.POD_REPLACEMENT_POLICY})
+
+
+def _job_changes(d: Decision, part: Part) -> tuple[Finding, ...]:
+    holder = part.path.rpartition(".")[0] + "."
+    return tuple(c for c in d.changes if c.code in _JOB_CODES and c.path.startswith(holder))
+
+
+def _job_ops(patch: list[PatchOp], part: Part) -> list[PatchOp]:
+    holder = part.pointer.rpartition("/")[0]
+    fields = tuple(f"{holder}/{name}" for name in _JOB_FIELDS)
+    return [
+        op
+        for op in patch
+        if op["path"] in fields or op["path"].startswith(tuple(f + "/" for f in fields))
+    ]
 
 
 def _warned(part: Part, policy: Policy) -> tuple[Finding, ...]:
@@ -257,9 +280,13 @@ def _admitted(
     request, obj = _request_of(doc, policy, default_namespace)
     where = f"{request.namespace}/" if request.namespace else ""
     title = f"{request.kind} {where}{display_name(obj) or request.name or '<unnamed>'}"
+    # A manifest carries none of the API server's defaults: judged as a current release's.
+    as_sent = doc.obj.get("kind") == REVIEW_KIND
 
     def ask(hook: Hook, asked: Request) -> AdmissionResponse:
-        found = answer(hook, asked, policy, lookup, priority_classes=priority_classes)
+        found = answer(
+            hook, asked, policy, lookup, priority_classes=priority_classes, as_sent=as_sent
+        )
         return found.review["response"]
 
     # The API server's order: every mutating webhook, then the validating ones on the result.

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from webhook.engine.findings import MAX_MESSAGE_CHARS, Finding, bounded, shorten
+from webhook.engine.jobs import JobAPI
 from webhook.engine.scheduling import PriorityLookup
 
 __all__ = ["MAX_MESSAGE_CHARS", "bounded", "shorten"]
@@ -59,6 +60,9 @@ class Context:
     # None when the caller has no view of them: priorities are then left as the pod says
     # (the admission core always gives one).
     priority_classes: PriorityLookup | None = None
+    # What the API server knows of a Job's podFailurePolicy (webhook.engine.jobs): offline,
+    # a current release; for an object an API server sent, what the object shows.
+    job_api: JobAPI = JobAPI.CURRENT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +114,10 @@ class Decision:
     skip: Finding | None = None
     # One per pod template of a workload (empty for a pod, and for what is left alone).
     parts: tuple[Part, ...] = ()
+    # What the mutating hook stores, where it is not ``mutated``: a workload with only the
+    # changes to itself (a Job's podFailurePolicy), its templates being placed when their
+    # pods are created.
+    stored: Obj | None = None
 
     @property
     def workload_class(self) -> str | None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import hints, origins
+from webhook.engine import hints, jobs, origins
 from webhook.engine.classify import WORKLOAD_ANNOTATION, PodFacts, classify
 from webhook.engine.decision import Classification, Context, Decision, Obj, Part
 from webhook.engine.findings import Code, Effects, Finding, bounded, finding, shorten
@@ -100,6 +100,7 @@ def _with_namespace(ctx: Context, namespace: str | None) -> Context:
         old_object=ctx.old_object,
         requester=ctx.requester,
         priority_classes=ctx.priority_classes,
+        job_api=ctx.job_api,
     )
 
 
@@ -273,7 +274,8 @@ def _workload(obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, base: 
         if _refused(judged)
         else [t for t, j in judged if j.plan is not None and not t.spec.partial]
     )
-    mutated = copy_for_placement(obj, [t.parts for t in placeable]) if placeable else obj
+    stored, retried = _retries(obj, kind, [(t, j) for t, j in judged if t in placeable], ctx)
+    mutated = copy_for_placement(stored, [t.parts for t in placeable]) if placeable else stored
     parts = []
     for t, j in judged:
         placed = None
@@ -281,8 +283,43 @@ def _workload(obj: Obj, kind: WorkloadKind, policy: Policy, ctx: Context, base: 
             assert j.plan is not None
             placed = place_template(template_at(mutated, t.parts), j.plan, policy, is_pod=False)
         parts.append(_part(t, j, placed, labelled=several))
-    notes = _misplaced_annotations(obj, kind, ctx)
-    return base.finish_parts(policy, kind, tuple(parts), mutated, notes, several=several)
+    notes = [*_misplaced_annotations(obj, kind, ctx), *retried.notes]
+    return base.finish_parts(
+        policy, kind, tuple(parts), mutated, notes, several=several, stored=stored, own=retried
+    )
+
+
+def _retries(
+    obj: Obj, kind: WorkloadKind, placeable: list[tuple[Template, Judged]], ctx: Context
+) -> tuple[Obj, Effects]:
+    """The object with the Job specs of its preemptible templates given the rule that ignores
+    reclaims (``webhook.engine.jobs``), on CREATE only: a Job's podFailurePolicy cannot change
+    later. The object itself when none gets anything."""
+    found = [
+        (t, j)
+        for t, j in placeable
+        if t.spec.pod_failure_policy
+        and t.parts[-1:] == ("template",)
+        and j.plan is not None
+        and j.plan.wclass.placement.may_be_preempted
+    ]
+    if ctx.operation != "CREATE" or not found:
+        return obj, Effects()
+    stored = jobs.copy_along(obj, [t.parts[:-1] for t, _ in found])
+    changes: list[Finding] = []
+    notes: list[Finding] = []
+    for t, _ in found:
+        spec = template_at(stored, t.parts[:-1])
+        at = jobs.JobSpecAt(
+            spec,
+            mapping_at(t.template, "spec"),
+            own=(kind.group, kind.kind) == ("batch", "Job") and t.parts == ("spec", "template"),
+            where=dotted(t.parts[:-1]),
+        )
+        effects = jobs.retries(at, ctx.job_api)
+        changes += effects.changes
+        notes += effects.notes
+    return (stored if changes else obj), Effects(changes=tuple(changes), notes=tuple(notes))
 
 
 def _without_spec(found: list[Template]) -> str | None:
@@ -496,6 +533,7 @@ class _Base:
         changes: tuple[Finding, ...] = (),
         mutated: Obj | None = None,
         parts: tuple[Part, ...] = (),
+        stored: Obj | None = None,
     ) -> Decision:
         if refusals and policy.mode is Mode.WARN:
             notes = [*notes, *(_would_be_refused(r) for r in refusals)]
@@ -510,6 +548,7 @@ class _Base:
             notes=tuple(notes),
             changes=changes,
             parts=parts,
+            stored=stored,
         )
 
     def finish_parts(
@@ -521,9 +560,11 @@ class _Base:
         notes: list[Finding],
         *,
         several: bool,
+        stored: Obj,
+        own: Effects,
     ) -> Decision:
         refusals = tuple(f for p in parts for f in p.refusals)
-        changes = tuple(c for p in parts for c in p.changes)
+        changes = (*own.changes, *(c for p in parts for c in p.changes))
         notes = [*notes, *(f for p in parts for f in p.notes)]
         notes += [_template_summary(kind.kind, p, several) for p in parts if p.changes]
         return self.finish(
@@ -534,6 +575,7 @@ class _Base:
             changes=changes,
             mutated=mutated,
             parts=parts,
+            stored=stored,
         )
 
 

@@ -51,6 +51,7 @@ class Code(enum.StrEnum):
     PRIORITY_REPLACED = "priority-replaced"
     PRIORITY_NOT_KNOWN = "priority-not-known"
     SCHEDULER_KEPT = "scheduler-kept"
+    RECLAIMS_COUNTED = "reclaims-counted"
     # Changes
     AFFINITY_REQUIRED = "affinity-required"
     AFFINITY_PREFERRED = "affinity-preferred"
@@ -59,6 +60,8 @@ class Code(enum.StrEnum):
     PLACEMENT_RECORDED = "placement-recorded"
     PRIORITY_SET = "priority-set"
     SCHEDULER_SET = "scheduler-set"
+    POD_FAILURE_POLICY = "pod-failure-policy"
+    POD_REPLACEMENT_POLICY = "pod-replacement-policy"
     # Skips
     NOT_A_WORKLOAD = "not-a-workload"
     UNCHECKED_KIND = "unchecked-kind"

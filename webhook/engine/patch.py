@@ -61,6 +61,10 @@ def _dict_ops(
 
 
 def _list_ops(before: list[Any], after: list[Any], path: str, ops: list[PatchOp]) -> Pending:
+    ahead = _inserted_ahead(before, after)
+    if ahead:
+        ops += [{"op": "add", "path": f"{path}/{i}", "value": after[i]} for i in range(ahead)]
+        return []
     pending: Pending = []
     shared = min(len(before), len(after))
     for i in range(shared):
@@ -72,6 +76,15 @@ def _list_ops(before: list[Any], after: list[Any], path: str, ops: list[PatchOp]
     for i in range(shared, len(after)):
         ops.append({"op": "add", "path": f"{path}/{i}", "value": after[i]})
     return pending
+
+
+def _inserted_ahead(before: list[Any], after: list[Any]) -> int:
+    """How many items ``after`` puts ahead of every item of ``before``, which it keeps in
+    order (by identity, as the copy shares them); 0 when it does not."""
+    extra = len(after) - len(before)
+    if extra <= 0 or not before:
+        return 0
+    return extra if all(a is b for a, b in zip(after[extra:], before, strict=True)) else 0
 
 
 def pointer(parts: tuple[str | int, ...]) -> str:

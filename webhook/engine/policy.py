@@ -153,6 +153,8 @@ class TemplateSpec:
     the pods its operator makes from it are known when they are created (the labels the
     operator sets): they get its role and default class too, which they do not carry.
     ``first_pod``: the first of its pods plays another role (see ``FirstPod``).
+    ``pod_failure_policy``: the mapping holding the template (its path ends in ``template``)
+    is a batch/v1 Job spec, given the rule that ignores reclaims (``webhook.engine.jobs``).
     """
 
     path: tuple[str, ...]
@@ -163,6 +165,7 @@ class TemplateSpec:
     partial: bool = False
     pods: PodSelector | None = None
     first_pod: FirstPod | None = None
+    pod_failure_policy: bool = False
 
     @property
     def dotted(self) -> str:

@@ -39,12 +39,18 @@ def parse_path(text: str) -> tuple[str, ...]:
 
 
 def _builtin(
-    group: str, kind: str, path: str, owner: str | None, ignore: str | None = None
+    group: str,
+    kind: str,
+    path: str,
+    owner: str | None,
+    ignore: str | None = None,
+    *,
+    jobs: bool = False,
 ) -> WorkloadKind:
     return WorkloadKind(
         group=group,
         kind=kind,
-        templates=(TemplateSpec(path=parse_path(path)),),
+        templates=(TemplateSpec(path=parse_path(path), pod_failure_policy=jobs),),
         pod_owner_kind=owner,
         ignore=ignore,
     )
@@ -58,8 +64,8 @@ BUILTIN_KINDS: dict[tuple[str, str], WorkloadKind] = {
         _builtin("apps", "Deployment", "spec.template", "ReplicaSet"),
         _builtin("apps", "ReplicaSet", "spec.template", "ReplicaSet"),
         _builtin("apps", "StatefulSet", "spec.template", "StatefulSet"),
-        _builtin("batch", "Job", "spec.template", "Job"),
-        _builtin("batch", "CronJob", "spec.jobTemplate.spec.template", "Job"),
+        _builtin("batch", "Job", "spec.template", "Job", jobs=True),
+        _builtin("batch", "CronJob", "spec.jobTemplate.spec.template", "Job", jobs=True),
         _builtin("", "ReplicationController", "spec.template", "ReplicationController"),
         _builtin(
             "apps",

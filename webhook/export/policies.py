@@ -53,6 +53,8 @@ NOT_EXPRESSED = (
     "A pod of a batch class (placed on preemptible nodes, with a priority class of its own) "
     "above the priority of a pod that names no class is refused: the webhook, when it answers, "
     "moves it to its class's priority class instead; CEL cannot read PriorityClasses.",
+    "Jobs are not mutated: the podFailurePolicy rule that keeps reclaims from counting against "
+    "a Job's backoffLimit (and podReplacementPolicy Failed) comes from the webhook only.",
 )
 
 

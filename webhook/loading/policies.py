@@ -200,7 +200,29 @@ def _template(
         partial=raw.get("partial", False),
         pods=_pods(doc, source, (*at, "podSelector"), raw),
         first_pod=_first_pod(doc, source, (*at, "firstPod"), raw.get("firstPod")),
+        pod_failure_policy=_pod_failure_policy(doc, source, at, raw, path),
     )
+
+
+def _pod_failure_policy(
+    doc: Located,
+    source: str,
+    at: tuple[str | int, ...],
+    raw: Mapping[str, Any],
+    path: tuple[str, ...],
+) -> bool:
+    """``podFailurePolicy: true``: the template is a Job spec's, which holds it at ``template``."""
+    if not raw.get("podFailurePolicy", False):
+        return False
+    if path[-1] != "template" or raw.get("embedded", False) or raw.get("partial", False):
+        where = (*at, "podFailurePolicy")
+        message = (
+            "podFailurePolicy is for the pod template of a batch/v1 Job spec, at a path "
+            "ending in .template (spec.template, spec.jobTemplate.spec.template), neither "
+            "embedded nor partial"
+        )
+        raise PolicyError(source, doc.line_of(where), _dotted(where), message)
+    return True
 
 
 def _first_pod(
