@@ -120,6 +120,7 @@ def cluster_roles(policy: Policy) -> Mapping[str, frozenset[Access]]:
     return {
         "preemptguard-audit": audit_access(policy),
         "preemptguard-audit-reports": AUDIT_REPORTS | AUDIT_OPEN_REPORTS,
+        "preemptguard-capacity": CAPACITY,
         "preemptguard-observer": OBSERVER,
         "preemptguard-drill": DRILL,
     }
