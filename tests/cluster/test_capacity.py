@@ -385,6 +385,20 @@ def test_the_command_lists_each_kind_once_with_exactly_its_declared_rights(
     assert len(lists) == len(fake.requests) == 7  # nodes, namespaces, pods, 4 of Events
 
 
+def test_only_the_pods_that_ask_for_gpus_are_kept_page_by_page(
+    fake: FakeApiServer, connect: Callable[[], Cluster]
+) -> None:
+    listed = small_cluster(time.time())
+    _load(fake, listed)
+    fake.load([gpu_pod(f"cpu-{i}", 0, node_name="std-2") for i in range(1200)])
+    pages: list[int] = []
+    read = capacity_live.read(connect(), Settings(), lambda kind, n: pages.append(n))
+    assert sorted(p["metadata"]["name"] for p in read.pods) == sorted(
+        p["metadata"]["name"] for p in listed.pods if gpus_of(p) > 0
+    )
+    assert 1200 + len(listed.pods) in pages  # every pod was read, in three pages
+
+
 def _gauges(run: test_observer.Running) -> dict[str, float]:
     found = {}
     for metric in run.metrics.registry.collect():

@@ -1,9 +1,10 @@
 """The capacity of the live cluster: what ``preemptguard capacity`` lists (``access.CAPACITY``),
 and the same figures as the observer's gauges, refreshed by its leader at its audit interval.
 
-One paginated list of each: nodes, namespaces, every pod (finished ones too: their GPU-hours),
-the ``TogetherPreempted`` Events where events about Nodes are recorded, and the observer's
-outcome Events (one list per reason, filtered by the API server).
+One paginated list of each: nodes, namespaces, every pod (finished ones too: their GPU-hours;
+only those that ask for GPUs are kept, page by page), the ``TogetherPreempted`` Events where
+events about Nodes are recorded, and the observer's outcome Events (one list per reason,
+filtered by the API server).
 """
 
 from __future__ import annotations
@@ -31,19 +32,23 @@ DEFAULTS = Settings()
 
 # Called with a kind and how many of it have been read so far.
 Progress = Callable[[str, int], None]
+Keep = Callable[[Obj], bool]
 
 
 def read(cluster: Cluster, settings: Settings, progress: Progress | None = None) -> Listed:
     """Everything ``capacity.compute`` reads, page by page; raises ``ClusterError``."""
 
-    def listed(where: str, kind: str, selector: str | None = None) -> list[Obj]:
+    def listed(
+        where: str, kind: str, selector: str | None = None, keep: Keep | None = None
+    ) -> list[Obj]:
         params = {"fieldSelector": selector} if selector else None
         on_page = _counter(kind, progress)
-        return cluster.list_all(where, params=params, on_page=on_page).items
+        return cluster.list_all(where, params=params, on_page=on_page, keep=keep).items
 
     nodes = listed(path("nodes"), "Node")
     namespaces = listed(path("namespaces"), "Namespace")
-    pods = listed(path("pods"), "Pod")
+    # Only the pods that ask for GPUs count: the others are dropped page by page.
+    pods = listed(path("pods"), "Pod", keep=lambda pod: capacity.gpus_of(pod) > 0)
     events = listed(path("events", namespace=settings.event_namespace), "Event", PREEMPTED_EVENTS)
     for reason in OUTCOME_REASONS:
         events += listed(path("events"), "Event", f"reason={reason}")
