@@ -577,6 +577,7 @@ def test_non_default_values_reach_the_objects(
         "pg-observer",
         "pg-audit",
         "pg-audit-reports",
+        "pg-capacity",
         "pg-drill",
     }
 

@@ -211,7 +211,7 @@ def test_the_component_objects_match_the_kubernetes_schema(
 ) -> None:
     component = [o for o in rendered if "observer" in o["metadata"]["name"]
                  or o["metadata"]["name"] in CLUSTER_ROLES]  # fmt: skip
-    assert len(component) == 12
+    assert len(component) == 13
     for obj in component:
         kubernetes_validate.validate(obj, version, strict=True)
 

@@ -109,6 +109,7 @@ class Identities:
     auditor: Path
     rehearser: Path
     observer: Path
+    planner: Path
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +146,7 @@ def identities(
     people = {
         "auditor": ["preemptguard-audit", "preemptguard-audit-reports"],
         "rehearser": ["preemptguard-drill"],
+        "planner": ["preemptguard-capacity"],
     }
     configs: dict[str, Path] = {}
     for person, roles in people.items():
@@ -170,7 +172,7 @@ def identities(
     observer = write_kubeconfig(work / "observer.kubeconfig", control_plane.server,
                                 control_plane.ca_file, _token(kube, NAMESPACE, OBSERVER_SA),
                                 OBSERVER_SA)  # fmt: skip
-    return Identities(configs["auditor"], configs["rehearser"], observer)
+    return Identities(configs["auditor"], configs["rehearser"], observer, configs["planner"])
 
 
 @pytest.fixture(scope="session")
@@ -568,6 +570,29 @@ def test_the_shipped_roles_grant_the_live_commands_nothing_more(
     assert not can("rehearser", "delete", "nodes")
     assert not can("rehearser", "create", "pods/eviction")
     assert not can("rehearser", "get", "secrets")
+    assert can("planner", "list", "events")
+    assert not can("planner", "watch", "pods")
+    assert not can("planner", "create", "events")
+    assert not can("planner", "list", "deployments", "apps")
+
+
+def test_capacity_runs_with_its_role_alone(kube: Kube, identities: Identities) -> None:
+    """The GPUs of every node, by class, as the API server lists them, counted by a planner
+    bound to the shipped capacity role only."""
+    expected = {PREEMPTIBLE: 0, STANDARD: 0}
+    for node in kube.get("/api/v1/nodes")["items"]:
+        labels = node["metadata"].get("labels", {})
+        node_class = PREEMPTIBLE if labels.get(CLASS_LABEL) == PREEMPTIBLE else STANDARD
+        allocatable = node.get("status", {}).get("allocatable", {})
+        expected[node_class] += int(allocatable.get("nvidia.com/gpu", "0"))
+    proc = _preemptguard(identities.planner, "capacity", "-o", "json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {nc: figures["gpus"] for nc, figures in doc["nodes"].items()} == expected
+    assert doc["suggestion"]["currentPreemptibleGpus"] == expected[PREEMPTIBLE]
+    text = _preemptguard(identities.planner, "capacity")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines()[-1].startswith("Suggested preemptible target: ")
 
 
 def test_the_observer_deployment_and_service_pass_a_server_side_dry_run(

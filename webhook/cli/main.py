@@ -334,6 +334,7 @@ LAZY_COMMANDS = {
     "certs": "webhook.cli.server_commands:certs_command",
     "export": "webhook.cli.export:export_command",
     "audit": "webhook.cli.audit:audit_command",
+    "capacity": "webhook.cli.capacity:capacity_command",
     "drill": "webhook.cli.drill:drill_command",
     "observe": "webhook.cli.observe:observe_command",
 }

@@ -63,6 +63,17 @@ OBSERVER = _union(
     _grant("apps", "replicasets", "get"),
 )
 
+# `preemptguard capacity` (webhook.cluster.capacity_live), and the observer's capacity gauges:
+# nodes, namespaces (to classify pods) and every pod, the TogetherPreempted Events in the
+# namespace of events about Nodes, and the observer's outcome Events in every namespace.
+# The observer's own roles already grant these.
+CAPACITY = _union(
+    _grant("", "nodes", "list"),
+    _grant("", "namespaces", "list"),
+    _grant("", "pods", "list"),
+    _grant("", "events", "list"),
+)
+
 # The observer's leader election, in its own namespace only (a Role, not a ClusterRole).
 OBSERVER_LEASE = _grant("coordination.k8s.io", "leases", "get", "create", "update")
 
@@ -113,6 +124,7 @@ def cluster_roles(policy: Policy) -> Mapping[str, frozenset[Access]]:
     return {
         "preemptguard-audit": audit_access(policy),
         "preemptguard-audit-reports": AUDIT_REPORTS | AUDIT_OPEN_REPORTS,
+        "preemptguard-capacity": CAPACITY,
         "preemptguard-observer": OBSERVER,
         "preemptguard-drill": DRILL,
     }

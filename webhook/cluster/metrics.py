@@ -12,6 +12,8 @@ from prometheus_client import (
 
 from webhook.exposition import RegistryMetrics
 
+GPUS = "nvidia.com/gpu"
+
 # Exit times against the 300 s window: a checkpoint takes 22 s to 4 min (DESIGN §1).
 EXIT_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 150, 180, 210, 240, 270, 300, 330, 600)
 
@@ -99,3 +101,87 @@ class ObserverMetrics(RegistryMetrics):
             "When the last periodic audit finished (Unix time).",
             registry=reg,
         )
+        self.capacity = CapacityGauges(reg)
+
+
+class CapacityGauges:
+    """What ``preemptguard capacity`` reports, with its default settings (webhook.cluster
+    .capacity says what each figure counts)."""
+
+    def __init__(self, reg: CollectorRegistry) -> None:
+        self.nodes = Gauge(
+            "preemptguard_capacity_nodes", "Nodes, by node class.", ["node_class"], registry=reg
+        )
+        self.gpus = Gauge(
+            "preemptguard_capacity_gpus",
+            f"GPUs ({GPUS}) allocatable on the nodes, by node class.",
+            ["node_class"],
+            registry=reg,
+        )
+        self.requested = Gauge(
+            "preemptguard_capacity_requested_gpus",
+            "GPUs requested by pods bound to a node and not finished, by workload class and "
+            "node class (unknown: a node no longer listed).",
+            ["workload_class", "node_class"],
+            registry=reg,
+        )
+        self.pending = Gauge(
+            "preemptguard_capacity_pending_gpus",
+            "GPUs requested by unbound pending pods that preemptible capacity would take, by "
+            "workload class.",
+            ["workload_class"],
+            registry=reg,
+        )
+        self.fallback = Gauge(
+            "preemptguard_capacity_fallback_gpus",
+            "GPUs of prefer-preemptible (flexible) pods on standard nodes, which could move "
+            "back to preemptible capacity, by workload class.",
+            ["workload_class"],
+            registry=reg,
+        )
+        self.gpu_hours = Gauge(
+            "preemptguard_capacity_gpu_hours",
+            "GPU-hours of the pods the cluster lists, inside the window, by workload class "
+            "and node class.",
+            ["workload_class", "node_class"],
+            registry=reg,
+        )
+        self.on_demand_equivalent = Gauge(
+            "preemptguard_capacity_on_demand_equivalent_gpu_hours",
+            "What the window's GPU-hours cost in on-demand GPU-hours (preemptible ones at "
+            "the price ratio).",
+            registry=reg,
+        )
+        self.saved = Gauge(
+            "preemptguard_capacity_saved_gpu_hours",
+            "On-demand GPU-hours saved in the window by running on preemptible capacity.",
+            registry=reg,
+        )
+        self.reclaims = Gauge(
+            "preemptguard_capacity_reclaims",
+            "Reclaims in the window: trusted TogetherPreempted Events, once per node.",
+            registry=reg,
+        )
+        self.displaced = Gauge(
+            "preemptguard_capacity_displaced_pods",
+            "Pods displaced in the window, by outcome (the observer's Events).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.idle_nodes = Gauge(
+            "preemptguard_capacity_idle_preemptible_nodes",
+            "Preemptible GPU nodes that have held no GPU pod for the idle time.",
+            registry=reg,
+        )
+        self.suggested = Gauge(
+            "preemptguard_capacity_suggested_preemptible_gpus",
+            "The preemptible target suggested (GPUs).",
+            registry=reg,
+        )
+        self.window = Gauge(
+            "preemptguard_capacity_window_seconds",
+            "The window the GPU-hours, reclaims and displaced pods cover.",
+            registry=reg,
+        )
+        self.labelled = (self.nodes, self.gpus, self.requested, self.pending, self.fallback,
+                         self.gpu_hours, self.displaced)  # fmt: skip

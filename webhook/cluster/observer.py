@@ -16,7 +16,7 @@ restarted observer, or a standby that takes over, replays what it saw and counts
 replica had reported yet.
 
 Optionally (``audit_interval``) the leader also runs the audit periodically, exports its counts
-and writes its PolicyReports.
+and writes its PolicyReports, and exports the capacity report (``capacity_live``) as gauges.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from webhook.cluster import audit as auditing
-from webhook.cluster import disruption, inventory, reports
+from webhook.cluster import capacity_live, disruption, inventory, reports
 from webhook.cluster.inventory import OwnerRef
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.reclaims import (
@@ -480,6 +480,7 @@ class Observer:
         while not self._stop.wait(self.settings.audit_interval):
             if self.leading.is_set():
                 self.audit_once()
+                capacity_live.refresh(self.cluster, self.policy, self.metrics, self.clock)
 
     def audit_once(self) -> auditing.Audit | None:
         """One audit of the whole cluster: its counts become metrics, and with

@@ -191,12 +191,14 @@ class Cluster:
         params: Mapping[str, str] | None = None,
         page_size: int = PAGE_SIZE,
         on_page: Callable[[int], None] | None = None,
+        keep: Callable[[Obj], bool] | None = None,
     ) -> Listing:
-        """Every item, ``page_size`` at a time (``limit``/``continue``). A continue token that
-        expired mid-way (HTTP 410) starts the list again, once."""
+        """Every item (with ``keep``, those it keeps, chosen page by page: the others are
+        never held all at once), ``page_size`` at a time (``limit``/``continue``). A continue
+        token that expired mid-way (HTTP 410) starts the list again, once."""
         for attempt in (1, 2):
             try:
-                return self._pages(resource_path, params or {}, page_size, on_page)
+                return self._pages(resource_path, params or {}, page_size, on_page, keep)
             except ClusterError as exc:
                 if not exc.gone or attempt == 2:
                     raise
@@ -208,6 +210,7 @@ class Cluster:
         params: Mapping[str, str],
         page_size: int,
         on_page: Callable[[int], None] | None,
+        keep: Callable[[Obj], bool] | None,
     ) -> Listing:
         items: list[Obj] = []
         token, pages = "", 0
@@ -217,7 +220,7 @@ class Cluster:
                 query["continue"] = token
             page = self._json("GET", resource_path, params=query)
             found = page.get("items") or []
-            items.extend(found)
+            items.extend(found if keep is None else [i for i in found if keep(i)])
             pages += 1
             if on_page is not None:
                 on_page(len(found))
