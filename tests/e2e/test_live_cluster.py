@@ -231,6 +231,9 @@ def webhook_switched_off(
         return PLACEMENT not in body["metadata"].get("annotations", {})
 
     wait_until(unplaced, timeout=30, what="the API server to stop calling the webhook")
+    # Nor the admission policies of an earlier test's install, which the API server's policy
+    # cache may still hold a moment after their deletion.
+    cluster.wait_admission_policies_gone(kube, namespace)
     try:
         yield
     finally:
