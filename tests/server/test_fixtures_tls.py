@@ -151,11 +151,32 @@ def test_templates_are_validated_with_a_summary_of_what_pods_get(
 
 
 @pytest.mark.parametrize(
+    ("name", "workload_class"),
+    [
+        ("create-deployment-serve-mutate", "serving"),
+        ("create-job-eval-mutate", "interruptible"),
+        ("create-statefulset-login-mutate", "login"),
+    ],
+)
+def test_workloads_are_classified_but_not_patched_by_the_mutating_hook(
+    server: ServerProcess, name: str, workload_class: str
+) -> None:
+    """The mutating workload hook changes only Jobs that show their API server serves a
+    podFailurePolicy (these recorded ones do not); it still says how it classified them."""
+    uid = fixture(name)["request"]["uid"]
+    response = post(server, name).response
+    assert response["uid"] == uid
+    assert response["allowed"] is True
+    assert "patch" not in response
+    assert response["auditAnnotations"] == {
+        "classified-by": "annotation",
+        "workload-class": workload_class,
+    }
+
+
+@pytest.mark.parametrize(
     "name",
     [
-        "create-deployment-serve-mutate",
-        "create-job-eval-mutate",
-        "create-statefulset-login-mutate",
         "delete-pod-coordinator-0-mutate",
         "delete-pod-coordinator-0-validate",
         "update-pod-coordinator-0-mutate",
