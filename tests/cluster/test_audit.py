@@ -18,7 +18,7 @@ from tests.cluster.conftest import namespace, node, owned, pod, template
 from tests.cluster.fake_apiserver import RESOURCES, FakeApiServer
 from webhook.cli.main import main
 from webhook.cluster import audit as auditing
-from webhook.cluster import reports
+from webhook.cluster import inventory, reports
 from webhook.cluster.access import audited_kinds
 from webhook.engine.policy import Policy
 from webhook.kube.client import Cluster, ClusterError
@@ -103,7 +103,7 @@ def test_the_audit_finds_what_got_past_the_webhook_and_nothing_it_admitted(
 ) -> None:
     _cluster_of(fake, policy)
     cluster = connect()
-    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    result = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     assert _problems(result) == {
         "Pod/team/sweep-late": ["interruptible-on-standard", "unplaced"],
         "Pod/team/api-late": ["critical-on-preemptible", "unplaced"],
@@ -118,8 +118,8 @@ def test_the_audit_finds_what_got_past_the_webhook_and_nothing_it_admitted(
     assert "ReplicaSet/frontend-abc" not in judged  # its Deployment is judged
     assert "Job/old-run" not in judged  # finished
     by_name = {r.name: r for r in result.results}
-    assert by_name["gpu-plugin-x"].judgement.decision.skipped  # its DaemonSet exists
-    assert by_name["dns"].judgement.decision.skipped  # kube-system is excluded
+    assert by_name["gpu-plugin-x"].verdict.skipped  # its DaemonSet exists
+    assert by_name["dns"].verdict.skipped  # kube-system is excluded
     late = by_name["api-late"]
     assert (late.node, late.node_class, late.phase) == ("pre-1", "preemptible", "Running")
     codes = {f["code"] for f in late.as_json()["findings"]}
@@ -143,7 +143,7 @@ def test_a_pod_admitted_by_the_webhook_is_clean_whatever_its_class(
         place = "pre-1" if klass in ("interruptible", "flexible") else "std-1"
         fake.put(pod(f"p-{klass}", workload=klass, node_name=place, placed=True, policy=policy,
                      annotations={"together.ai/checkpoint-seconds": "120"}))  # fmt: skip
-    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    result = auditing.audit_cluster(connect(), auditing.Scope(), policy)
     assert len(result.results) == len(policy.classes)
     assert not result.findings
 
@@ -165,7 +165,7 @@ def test_a_workload_naming_a_clean_owner_is_judged_on_its_own_template(
     fake.put(owned("Deployment", "evil", spec={"selector": {}, "template": bad},
                    controller=("apps/v1", "Deployment", "parent")))  # fmt: skip
     fake.put(owned("Deployment", "control", spec={"selector": {}, "template": bad}))
-    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    result = auditing.audit_cluster(connect(), auditing.Scope(), policy)
     assert _problems(result) == {
         "Deployment/team/evil": ["refused"],
         "ReplicaSet/team/parent-old": ["refused"],
@@ -187,12 +187,21 @@ def test_ten_thousand_pods_are_read_in_pages_with_nothing_read_per_pod(
                      node_name="pre-1" if placed else "std-1"))  # fmt: skip
     fake.reset_requests()
     seen: list[tuple[str, int]] = []
-    result = auditing.audit(
-        auditing.read_cluster(connect(), auditing.Scope(), lambda k, n: seen.append((k, n))),
-        policy,
+    result = auditing.audit_cluster(
+        connect(), auditing.Scope(), policy, lambda k, n: seen.append((k, n))
     )
     assert result.summary()["pods"] == 10_000
     assert len(result.findings) == 100
+    # What is kept of a pod once judged: what names it, never the pod.
+    clean = next(r for r in result.results if not r.problems)
+    assert clean.judgement is None
+    assert set(clean.obj["metadata"]) <= {"name", "namespace", "uid", "ownerReferences"}
+    late = result.findings[0]
+    assert late.judgement is not None
+    assert late.judgement.patch
+    assert late.judgement.decision.mutated is late.obj  # the pod's copy is not held
+    # Equal verdicts are one object.
+    assert len({id(r.verdict) for r in result.results}) == len({r.verdict for r in result.results})
     pod_pages = [r for r in fake.requests if r.path == "/api/v1/pods"]
     assert len(pod_pages) == 20  # 500 per page, as kubectl asks
     assert {r.method for r in fake.requests} == {"GET"}
@@ -211,6 +220,9 @@ def test_an_expired_continue_token_starts_the_list_again(
     fake.expire_next_continue = True
     snapshot = auditing.read_cluster(connect(), auditing.Scope())
     assert len(snapshot.pods) == 1200
+    fake.expire_next_continue = True
+    judged = auditing.audit_cluster(connect(), auditing.Scope(), policy)
+    assert judged.summary()["pods"] == 1200  # the pods judged before the restart are dropped
 
 
 def test_a_cluster_without_batch_v1_cronjobs_is_audited_with_a_note(
@@ -305,7 +317,7 @@ def test_every_kind_of_the_policy_is_judged_and_what_an_owner_made_only_through_
     fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy
 ) -> None:
     _cluster_with_custom_kinds(fake)
-    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    result = auditing.audit_cluster(connect(), auditing.Scope(), policy)
     assert _problems(result) == {
         "RayService/team/chat": ["refused"],
         "RayCronJob/team/nightly": ["refused"],
@@ -344,7 +356,7 @@ def test_namespaced_audits_leave_cluster_scoped_kinds_alone(
 ) -> None:
     _cluster_with_custom_kinds(fake)
     scope = auditing.Scope(namespaces=("team",))
-    result = auditing.audit(auditing.read_cluster(connect(), scope), policy, scope)
+    result = auditing.audit_cluster(connect(), scope, policy)
     assert "ClusterTrainingRuntime//torch" not in _problems(result)
     assert "RayService/team/chat" in _problems(result)
     assert not [r for r in fake.requests if "clustertrainingruntimes" in r.path]
@@ -398,7 +410,7 @@ def test_namespace_and_label_filters_reach_the_lists(
     _cluster_of(fake, policy)
     fake.put(pod("labelled", workload="interruptible", labels={"app": "sweep"}))
     scope = auditing.Scope(namespaces=("team",), label_selector="app=sweep")
-    result = auditing.audit(auditing.read_cluster(connect(), scope), policy, scope)
+    result = auditing.audit_cluster(connect(), scope, policy)
     assert [r.name for r in result.results] == ["labelled"]
     assert result.namespaces == ["team"]
     pod_lists = [r for r in fake.requests if r.path.endswith("/pods")]
@@ -512,7 +524,7 @@ def test_reports_follow_the_policyreport_schema_one_per_namespace(
 ) -> None:
     _cluster_of(fake, policy)
     cluster = connect()
-    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    result = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     written = reports.write(cluster, result, policy, now=1_900_000_000)
     # kube-system: everything there is left alone
     assert written == ["research/preemptguard", "team/preemptguard"]
@@ -537,11 +549,11 @@ def test_a_namespace_that_became_clean_gets_an_empty_report(
 ) -> None:
     _cluster_of(fake, policy)
     cluster = connect()
-    first = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    first = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     reports.write(cluster, first, policy, now=1)
     for name in ("eval-default",):
         fake.remove("Pod", name, "research")
-    second = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    second = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     reports.write(cluster, second, policy, now=2)
     research = fake.get("PolicyReport", "preemptguard", "research")
     assert research is not None
@@ -573,7 +585,7 @@ def test_passing_results_list_each_clean_object_of_the_namespace(
 ) -> None:
     _cluster_of(fake, policy)
     cluster = connect()
-    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    result = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     target = reports.Target(reports.WGPOLICYK8S)
     reports.write(cluster, result, policy, now=1_900_000_000, target=target, passing=True)
     team = fake.get("PolicyReport", "preemptguard", "team")
@@ -630,7 +642,7 @@ def test_a_daemonset_whose_standard_only_pods_require_preemptible_nodes_is_repor
     preemptible nodes and one in an excluded namespace are nothing to report."""
     _daemonsets(fake)
     cluster = connect()
-    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    result = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     assert _problems(result) == {"DaemonSet/team/proxy": ["left-alone-on-preemptible"]}
     (found,) = result.findings
     (problem,) = found.problems
@@ -638,7 +650,7 @@ def test_a_daemonset_whose_standard_only_pods_require_preemptible_nodes_is_repor
     assert "nothing keeps these off preemptible nodes: spec.template: class serving" in (
         problem.message
     )
-    assert found.judgement.decision.skipped  # still left alone, as admission leaves it
+    assert found.verdict.skipped  # still left alone, as admission leaves it
     assert result.summary()["findings"]["left-alone-on-preemptible"] == 1
     assert result.summary()["untouched"] == 0
     written = reports.write(cluster, result, policy, now=1_900_000_000)
@@ -683,7 +695,30 @@ def test_a_daemonset_takes_its_class_from_its_namespace_as_its_pods_would(
     unclassified = template(**SELECTOR, **TOLERATE)
     for ns in ("front", "team"):
         fake.put(owned("DaemonSet", "cache", ns, spec={"selector": {}, "template": unclassified}))
-    result = auditing.audit(auditing.read_cluster(connect(), auditing.Scope()), policy)
+    result = auditing.audit_cluster(connect(), auditing.Scope(), policy)
     assert _problems(result) == {"DaemonSet/front/cache": ["left-alone-on-preemptible"]}
     (problem,) = result.findings[0].problems
     assert "class serving must run on standard nodes" in problem.message
+
+
+def test_a_listed_object_is_kept_lean_and_a_judged_one_by_its_identity() -> None:
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "run", "uid": "j1", "controller": True}
+    listed = {
+        "metadata": {
+            "name": "p", "namespace": "team", "uid": "u1", "labels": {"a": "b"},
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+            "ownerReferences": [{"kind": "Other", "name": "x", "uid": "o"}, ref],
+        },
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Running", "images": [{"names": ["x"]}]},
+    }  # fmt: skip
+    lean = inventory.lean(listed)
+    assert "managedFields" not in lean["metadata"]
+    assert "images" not in lean["status"]
+    assert lean["metadata"]["labels"] == {"a": "b"}
+    assert lean["spec"] == listed["spec"]
+    assert inventory.identity({"apiVersion": "v1", "kind": "Pod", **lean}) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team", "uid": "u1", "ownerReferences": [ref]},
+    }

@@ -11,13 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from tests.cluster import test_observer
 from tests.cluster.conftest import namespace, node, pod
 from tests.cluster.fake_apiserver import FakeApiServer, stamp
+from webhook.cli.capacity import capacity_settings
 from webhook.cli.main import main
+from webhook.cli.observe import observe_command
 from webhook.cluster import capacity, capacity_live, observer
 from webhook.cluster.access import CAPACITY
 from webhook.cluster.capacity import Capacity, Listed, Settings, compute, gpus_of
@@ -409,19 +412,31 @@ def _gauges(run: test_observer.Running) -> dict[str, float]:
     return found
 
 
+OWN_SETTINGS = ("--window", "2h", "--idle-for", "30m", "--preemptible-price-ratio", "0.3")
+
+
+@pytest.mark.parametrize("options", [(), OWN_SETTINGS], ids=["defaults", "own-settings"])
 def test_the_observers_gauges_are_the_commands_figures(
-    fake: FakeApiServer, connect: Callable[[], Cluster], policy: Policy, tmp_path: Path
+    fake: FakeApiServer,
+    connect: Callable[[], Cluster],
+    policy: Policy,
+    tmp_path: Path,
+    options: tuple[str, ...],
 ) -> None:
     _load(fake, small_cluster(time.time()))
     observers = test_observer.Observers(connect, policy)
-    run = observers.start("observer-a", audit_interval=0.2)
+    # The observer's options are the command's (``observe --window ...``).
+    settings = capacity_settings_of(observe_command, options)
+    run = observers.start("observer-a", audit_interval=0.2, capacity=settings)
     try:
         test_observer._wait(lambda: run.value("preemptguard_capacity_window_seconds"),
                             what="the capacity gauges")  # fmt: skip
         gauges = _gauges(run)
     finally:
         run.halt()
-    doc = json.loads(_run(fake, tmp_path, "-o", "json").output)
+    doc = json.loads(_run(fake, tmp_path, "-o", "json", *options).output)
+    assert doc["settings"]["windowSeconds"] == settings.window
+    assert doc["settings"]["preemptiblePriceRatio"] == settings.price_ratio
     expected = {
         "preemptguard_capacity_suggested_preemptible_gpus{}": doc["suggestion"][
             "suggestedPreemptibleGpus"
@@ -451,6 +466,24 @@ def test_the_observers_gauges_are_the_commands_figures(
     # GPU-hours go on with the clock between the two readings: a second is 1/3600 of one.
     assert gauges == pytest.approx(expected, abs=0.05)
     assert gauges["preemptguard_capacity_suggested_preemptible_gpus{}"] == 28
+
+
+def capacity_settings_of(command: click.Command, args: tuple[str, ...]) -> Settings:
+    """The capacity settings ``command`` makes of ``args`` (its other options as defaulted)."""
+    with command.make_context(command.name, list(args)) as ctx:
+        p = ctx.params
+        namespace = p.get("node_event_namespace")
+        return capacity_settings(p["window"], p["idle_for"], p["preemptible_price_ratio"],
+                                 event_namespace=namespace)  # fmt: skip
+
+
+def test_observe_takes_the_capacity_options_and_its_event_namespace() -> None:
+    settings = capacity_settings_of(
+        observe_command, (*OWN_SETTINGS, "--node-event-namespace", "nodes")
+    )
+    assert settings == Settings(window=7200, idle_for=1800, price_ratio=0.3,
+                                event_namespace="nodes")  # fmt: skip
+    assert capacity_settings_of(observe_command, ()) == Settings()
 
 
 def test_a_report_of_an_empty_cluster_suggests_nothing(policy: Policy) -> None:

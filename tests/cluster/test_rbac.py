@@ -245,7 +245,7 @@ def test_the_calls_each_part_makes_are_exactly_the_declared_ones(
     # audit, then its reports
     _cluster_of(fake, policy)
     cluster = connect()
-    result = auditing.audit(auditing.read_cluster(cluster, auditing.Scope()), policy)
+    result = auditing.audit_cluster(cluster, auditing.Scope(), policy)
     # The fake serves every kind of the default policy: each is listed, once.
     assert cluster.calls == audit_access(policy) | DISCOVERY
     reports.write(cluster, result, policy, now=0)

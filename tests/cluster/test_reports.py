@@ -55,7 +55,7 @@ def served(fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> FakeApiServe
 
 def _audit(connect: Callable[[], Cluster], policy: Policy, *namespaces: str) -> auditing.Audit:
     scope = auditing.Scope(namespaces=namespaces)
-    return auditing.audit(auditing.read_cluster(connect(), scope), policy, scope)
+    return auditing.audit_cluster(connect(), scope, policy)
 
 
 def _publish(

@@ -188,7 +188,8 @@ def audit_command(
 
     def progress(kind: str, count: int) -> None:
         if status.tty or count >= LARGE:
-            status.show(f"audit: listed {count:,} {_plural(kind)}")
+            verb = "judged" if kind == "Pod" else "listed"
+            status.show(f"audit: {verb} {count:,} {_plural(kind)}")
 
     # Tens of thousands of objects, none in a cycle: the collector would only walk them again
     # and again while they are made (off, a 10,000-pod list takes half the time).
@@ -196,11 +197,7 @@ def audit_command(
         try:
             # Which format, before the long part: a format the cluster lacks fails at once.
             target = reports.choose(cluster, report_api) if report else None
-            snapshot = auditing.read_cluster(cluster, scope, progress, policy=policy)
-            listed = time.monotonic() - started
-            if status.tty or len(snapshot.pods) >= LARGE:
-                status.show(f"audit: judging {len(snapshot.pods):,} pods", force=True)
-            result = auditing.audit(snapshot, policy, scope)
+            result = auditing.audit_cluster(cluster, scope, policy, progress)
             published = None
             if target is not None:
                 published = reports.publish(
@@ -215,7 +212,7 @@ def audit_command(
         summary = result.summary()
         status.done(
             f"audit: {summary['pods']:,} pods and {summary['workloads']:,} workloads judged "
-            f"in {elapsed:.1f} s ({snapshot.pages} pages listed in {listed:.1f} s)"
+            f"in {elapsed:.1f} s ({result.pages} pages listed)"
             if summary["pods"] >= LARGE or status.tty
             else None
         )
@@ -252,7 +249,7 @@ def render_text(result: Audit, *, reports: Published | None = None) -> str:
     for r in sorted(result.findings, key=sort_key):
         lines.append(_headline(r))
         lines += [f"    {p.code.value}: {p.message}" for p in r.problems]
-        lines += [f"    patch: {_op(op)}" for op in r.judgement.patch]
+        lines += [f"    patch: {_op(op)}" for op in (r.judgement.patch if r.judgement else [])]
     s = result.summary()
     counts = ", ".join(f"{n} {code}" for code, n in s["findings"].items() if n)
     lines.append(
@@ -289,13 +286,13 @@ def _count(n: int, noun: str) -> str:
 
 
 def _headline(r: AuditResult) -> str:
-    d = r.judgement.decision
-    klass = f"  class={d.workload_class} ({d.classification.source})" if d.workload_class else ""
+    v = r.verdict
+    klass = f"  class={v.workload_class} ({v.class_source})" if v.workload_class else ""
     where = ""
     if r.kind == "Pod":
         node = f"{r.node} ({r.node_class})" if r.node else "none (not scheduled)"
         where = f"  node={node}  {r.phase}"
-    return f"{d.kind} {r.namespace}/{r.name}{klass}{where}"
+    return f"{r.kind} {r.namespace}/{r.name}{klass}{where}"
 
 
 def _op(op: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ import json
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from webhook.cli.audit import LARGE, StatusLine, cluster_options, connect, fail,
 from webhook.cli.options import output_option, policies_option
 
 if TYPE_CHECKING:
-    from webhook.cluster.capacity import Capacity
+    from webhook.cluster.capacity import Capacity, Settings
 
 CAPACITY_EXAMPLES = """
 \b
@@ -44,6 +45,49 @@ class Duration(click.ParamType[float]):
         return float(found.group(1)) * UNITS[found.group(2)]
 
 
+def capacity_options(func: click.decorators.FC) -> click.decorators.FC:
+    """``--window``, ``--idle-for`` and ``--preemptible-price-ratio``: what ``capacity`` and the
+    observer's capacity gauges are computed with (``capacity_settings`` reads them)."""
+    func = click.option(
+        "--preemptible-price-ratio",
+        type=click.FloatRange(0, 1),
+        default=0.5,
+        show_default=True,
+        help="The price of a preemptible GPU-hour over an on-demand one: what the GPU-hours "
+        "cost in on-demand GPU-hours, and what was saved.",
+    )(func)
+    func = click.option(
+        "--idle-for",
+        type=Duration(),
+        default="1h",
+        show_default=True,
+        help="A preemptible GPU node that has held no GPU pod this long counts as idle: the "
+        "suggested target is lowered by its GPUs when nothing is pending.",
+    )(func)
+    return click.option(
+        "--window",
+        type=Duration(),
+        default="24h",
+        show_default=True,
+        help="How far back reclaims, displaced pods and GPU-hours are counted.",
+    )(func)
+
+
+def capacity_settings(
+    window: float,
+    idle_for: float,
+    preemptible_price_ratio: float,
+    event_namespace: str | None = None,
+) -> Settings:
+    """The settings the capacity options give (Events about Nodes in ``event_namespace``)."""
+    from webhook.cluster.capacity import Settings
+
+    settings = Settings(window=window, idle_for=idle_for, price_ratio=preemptible_price_ratio)
+    return (
+        settings if event_namespace is None else replace(settings, event_namespace=event_namespace)
+    )
+
+
 @click.command("capacity", epilog=CAPACITY_EXAMPLES)
 @policies_option
 @output_option(
@@ -51,29 +95,7 @@ class Duration(click.ParamType[float]):
     "json",
     help="text: tables and the suggestion; json: every figure.",
 )
-@click.option(
-    "--window",
-    type=Duration(),
-    default="24h",
-    show_default=True,
-    help="How far back reclaims, displaced pods and GPU-hours are counted.",
-)
-@click.option(
-    "--idle-for",
-    type=Duration(),
-    default="1h",
-    show_default=True,
-    help="A preemptible GPU node that has held no GPU pod this long counts as idle: the "
-    "suggested target is lowered by its GPUs when nothing is pending.",
-)
-@click.option(
-    "--preemptible-price-ratio",
-    type=click.FloatRange(0, 1),
-    default=0.5,
-    show_default=True,
-    help="The price of a preemptible GPU-hour over an on-demand one: what the GPU-hours "
-    "cost in on-demand GPU-hours, and what was saved.",
-)
+@capacity_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @cluster_options
 def capacity_command(
@@ -94,12 +116,11 @@ def capacity_command(
     list of each; no provider API. Exit status: 0, or 2 on an error.
     """
     from webhook.cluster import capacity_live
-    from webhook.cluster.capacity import Settings
     from webhook.kube.client import ClusterError
 
     policy = load(policies)
     cluster = connect(kubeconfig, context)
-    settings = Settings(window=window, idle_for=idle_for, price_ratio=preemptible_price_ratio)
+    settings = capacity_settings(window, idle_for, preemptible_price_ratio)
     status = StatusLine(enabled=not quiet)
 
     def progress(kind: str, count: int) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from webhook.cli.audit import ERROR, cluster_options, connect, fail, load
+from webhook.cli.capacity import capacity_options, capacity_settings
 from webhook.cli.options import FiniteSeconds, metrics_port_option, policies_option
 from webhook.cli.service_options import log_level_option
 from webhook.kube.lease import candidate_identity
@@ -27,6 +28,10 @@ OBSERVE_EXAMPLES = """
 Examples:
   preemptguard observe --metrics-port 9090
   preemptguard observe --audit-interval 600 --audit-reports
+  preemptguard observe --audit-interval 600 --window 7d --preemptible-price-ratio 0.35
+
+The capacity options set the leader's preemptguard_capacity_* gauges, refreshed with each
+periodic audit (--audit-interval), as `preemptguard capacity` computes them.
 """
 
 
@@ -72,6 +77,7 @@ Examples:
     help="Where events about Nodes are recorded: only TogetherPreempted Events written there "
     "are trusted to start a reclaim.",
 )
+@capacity_options
 @log_level_option
 @cluster_options
 def observe_command(
@@ -85,6 +91,9 @@ def observe_command(
     audit_interval: float,
     audit_reports: bool,
     node_event_namespace: str,
+    window: float,
+    idle_for: float,
+    preemptible_price_ratio: float,
     log_level: str,
     kubeconfig: str | None,
     context: str | None,
@@ -124,6 +133,9 @@ def observe_command(
         audit_interval=audit_interval,
         audit_reports=audit_reports,
         node_event_namespace=node_event_namespace,
+        capacity=capacity_settings(
+            window, idle_for, preemptible_price_ratio, event_namespace=node_event_namespace
+        ),
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -30,9 +30,10 @@ wraps) carries its owner's template: it is not judged again, so one mistake is r
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from webhook.admission.core import Judgement, Subject, judge
 from webhook.cluster import inventory
@@ -41,9 +42,11 @@ from webhook.cluster.inventory import PREEMPTIBLE, STANDARD, Creators
 from webhook.engine.decision import NamespaceMeta, Obj
 from webhook.engine.findings import Code, shorten
 from webhook.engine.policy import Placement, Policy, WorkloadKind
-from webhook.engine.workloads import api_group, mapping_at, string_map
+from webhook.engine.workloads import api_group, mapping_at
 from webhook.kube.client import Cluster, ClusterError, path
 from webhook.loading.policies import builtin_policy
+
+T = TypeVar("T")
 
 # Pods that still run or wait to: finished pods hold no capacity and will not run again.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -113,21 +116,44 @@ def read_cluster(
     policy: Policy | None = None,
 ) -> Snapshot:
     """List everything the audit judges by ``policy`` (default: the built-in one), page by
-    page; raises ``ClusterError``.
+    page; raises ``ClusterError``. Every pod is held: ``audit_cluster`` judges them as they
+    come instead.
 
     Pass the policy the audit will judge by: its workload kinds are what is listed.
     Cluster-scoped kinds are listed only when every namespace is in scope.
     """
+    snap = read_around_pods(cluster, scope, progress, policy=policy)
+    snap.pods = list_pods(cluster, snap, scope, inventory.lean, progress)
+    return snap
+
+
+def audit_cluster(
+    cluster: Cluster, scope: Scope, policy: Policy, progress: Progress | None = None
+) -> Audit:
+    """The audit of the live cluster: everything but the pods listed first, then each page of
+    pods judged as it comes, of each pod only what the results name kept (see
+    ``AuditResult.kept``): the memory holds the results, never the pods."""
+    snap = read_around_pods(cluster, scope, progress, policy=policy)
+    judged = pod_judge(snap, policy)
+    pods = list_pods(cluster, snap, scope, judged, progress)
+    return _assemble(snap, policy, scope, pods)
+
+
+def read_around_pods(
+    cluster: Cluster,
+    scope: Scope,
+    progress: Progress | None = None,
+    *,
+    policy: Policy | None = None,
+) -> Snapshot:
+    """What judging a pod needs, listed before the pods: namespaces, nodes, DaemonSets, and
+    the workloads (``read_cluster`` for the rest)."""
     kinds = audited_kinds(policy if policy is not None else builtin_policy())
     snap = Snapshot()
     snap.namespaces = _list(cluster, snap, path("namespaces"), "Namespace", None, progress)
     _check_named(scope, snap.namespaces)
     snap.nodes = _list(cluster, snap, path("nodes"), "Node", None, progress)
     labels = {"labelSelector": scope.label_selector} if scope.label_selector else {}
-    pod_params = {"fieldSelector": ACTIVE_PODS, **labels}
-    for namespace in scope.namespaces or (None,):
-        where = path("pods", namespace=namespace)
-        snap.pods += _list(cluster, snap, where, "Pod", pod_params, progress, api_version="v1")
     served = served_versions(cluster)
     unserved: list[str] = []
     for kind in (*kinds, DAEMONSETS):
@@ -161,6 +187,23 @@ def read_cluster(
             + ", ".join(unserved),
         )
     return snap
+
+
+def list_pods(
+    cluster: Cluster,
+    snap: Snapshot,
+    scope: Scope,
+    take: Callable[[Obj], T],
+    progress: Progress | None = None,
+) -> list[T]:
+    """What ``take`` makes of every pending or running pod in scope, page by page."""
+    labels = {"labelSelector": scope.label_selector} if scope.label_selector else {}
+    params = {"fieldSelector": ACTIVE_PODS, **labels}
+    made: list[T] = []
+    for namespace in scope.namespaces or (None,):
+        where = path("pods", namespace=namespace)
+        made += _collect(cluster, snap, where, "Pod", params, progress, "v1", take)
+    return made
 
 
 def _check_named(scope: Scope, namespaces: Sequence[Obj]) -> None:
@@ -234,6 +277,21 @@ def _list(
     progress: Progress | None,
     api_version: str = "v1",
 ) -> list[Obj]:
+    """Every item, lean (``inventory.lean``)."""
+    return _collect(cluster, snap, where, kind, params, progress, api_version, inventory.lean)
+
+
+def _collect(
+    cluster: Cluster,
+    snap: Snapshot,
+    where: str,
+    kind: str,
+    params: dict[str, str] | None,
+    progress: Progress | None,
+    api_version: str,
+    take: Callable[[Obj], T],
+) -> list[T]:
+    """What ``take`` makes of each item, page by page."""
     count = 0
 
     def on_page(items: int) -> None:
@@ -242,29 +300,71 @@ def _list(
         if progress is not None:
             progress(kind, count)
 
-    listing = cluster.list_all(where, params=params, on_page=on_page)
-    snap.pages += listing.pages
-    # Items of a list carry no kind of their own; the engine reads it.
-    for item in listing.items:
+    def typed(item: Obj) -> T:
+        # Items of a list carry no kind of their own; the engine reads it.
         item.setdefault("apiVersion", api_version)
         item.setdefault("kind", kind)
+        return take(item)
+
+    listing = cluster.collect(where, typed, params=params, on_page=on_page)
+    snap.pages += listing.pages
     return listing.items
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the summary and the reports read of a judgement: many objects share one."""
+
+    kind: str
+    workload_class: str | None
+    class_source: str
+    skipped: str | None  # why the object is left alone, as text
+    codes: str  # the codes of its refusals and changes, sorted, comma-separated
+
+    @classmethod
+    def of(cls, judgement: Judgement) -> Verdict:
+        d = judgement.decision
+        return cls(
+            kind=d.kind,
+            workload_class=d.workload_class,
+            class_source=d.classification.source,
+            skipped=d.skipped,
+            codes=",".join(sorted({f.code.value for f in (*d.refusals, *d.changes)})),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuditResult:
-    """One object judged: the judgement as ``check`` has it, where the pod runs, what is wrong."""
+    """One object judged: what the judgement says, where the pod runs, what is wrong.
+
+    ``judgement`` is the engine's as ``check`` has it, kept only where there is a problem to
+    show (None once ``kept`` drops it from a clean result)."""
 
     obj: Obj
-    judgement: Judgement
+    verdict: Verdict
+    judgement: Judgement | None
     problems: tuple[Problem, ...] = ()
     node: str | None = None
     node_class: str | None = None
     phase: str | None = None
 
+    @classmethod
+    def of(
+        cls,
+        obj: Obj,
+        judgement: Judgement,
+        problems: tuple[Problem, ...] = (),
+        *,
+        node: str | None = None,
+        node_class: str | None = None,
+        phase: str | None = None,
+    ) -> AuditResult:
+        return cls(obj=obj, verdict=Verdict.of(judgement), judgement=judgement,
+                   problems=problems, node=node, node_class=node_class, phase=phase)  # fmt: skip
+
     @property
     def kind(self) -> str:
-        return self.judgement.decision.kind
+        return self.verdict.kind
 
     @property
     def namespace(self) -> str:
@@ -274,9 +374,35 @@ class AuditResult:
     def name(self) -> str:
         return inventory.name_of(self.obj)
 
+    def kept(self, verdicts: dict[Verdict, Verdict]) -> AuditResult:
+        """This result as a large audit keeps it: the object's identity for the object, one
+        ``Verdict`` of ``verdicts`` for the equal ones, and the judgement only when there is a
+        problem to show, without the object copies it holds."""
+        ident = inventory.identity(self.obj)
+        judgement = None
+        if self.problems and self.judgement is not None:
+            j = self.judgement
+            judgement = replace(
+                j,
+                subject=replace(j.subject, obj=ident, old_object=None),
+                decision=replace(j.decision, mutated=ident, stored=None),
+                stored_patch=[],
+            )
+        return replace(
+            self,
+            obj=ident,
+            verdict=verdicts.setdefault(self.verdict, self.verdict),
+            judgement=judgement,
+            node=sys.intern(self.node) if self.node is not None else None,
+            phase=sys.intern(self.phase) if self.phase is not None else None,
+        )
+
     def as_json(self) -> dict[str, Any]:
         """The result shape of ``check -o json`` (no file or line: the object is live), plus
-        ``uid``, ``node``, ``nodeClass``, ``phase`` and the audit's ``problems``."""
+        ``uid``, ``node``, ``nodeClass``, ``phase`` and the audit's ``problems``; of a result
+        with a judgement (every one with a problem)."""
+        if self.judgement is None:
+            raise ValueError(f"{self.kind} {self.namespace}/{self.name}: no judgement was kept")
         d = self.judgement.decision
         groups = (("skip", (d.skip,) if d.skip else ()), ("refusal", d.refusals),
                   ("warning", d.notes), ("change", d.changes))  # fmt: skip
@@ -314,6 +440,7 @@ class Audit:
     everywhere: bool = True  # every namespace in scope, cluster-scoped kinds listed
     # Every workload and DaemonSet listed, by uid: where a report's scope is looked for.
     owners: Mapping[str, Obj] = field(default_factory=dict)
+    pages: int = 0  # pages listed
 
     @property
     def findings(self) -> list[AuditResult]:
@@ -331,7 +458,7 @@ class Audit:
             "namespaces": len(self.namespaces),
             "withFindings": len(self.findings),
             "untouched": sum(
-                r.judgement.decision.skipped is not None and not r.problems for r in self.results
+                r.verdict.skipped is not None and not r.problems for r in self.results
             ),
             "findings": by_code,
         }
@@ -339,29 +466,39 @@ class Audit:
 
 def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
     """Judge every pod and workload of ``snapshot`` by ``policy``."""
-    known = {
-        inventory.name_of(ns): NamespaceMeta(
-            annotations=string_map(inventory.meta_of(ns).get("annotations")),
-            labels=string_map(inventory.meta_of(ns).get("labels")),
-        )
-        for ns in snapshot.namespaces
-    }
+    judged = pod_judge(snapshot, policy)
+    return _assemble(snapshot, policy, scope, [judged(pod) for pod in snapshot.pods])
 
-    def lookup(namespace: str) -> NamespaceMeta:
-        return known.get(namespace, NamespaceMeta())
 
+def pod_judge(snapshot: Snapshot, policy: Policy) -> Callable[[Obj], AuditResult]:
+    """Judge a pod with what ``snapshot`` says of its namespace, node and creator; the result
+    as the audit keeps it (``AuditResult.kept``)."""
+    lookup = inventory.namespace_lookup(snapshot.namespaces)
     nodes = {inventory.name_of(n): inventory.node_class(n, policy) for n in snapshot.nodes}
     who = inventory.creators(snapshot.daemonsets, snapshot.nodes)
-    results = [_pod(pod, policy, lookup, nodes, who) for pod in snapshot.pods]
-    results += _workloads(snapshot.workloads, policy, lookup)
+    verdicts: dict[Verdict, Verdict] = {}
+
+    def judged(pod: Obj) -> AuditResult:
+        return _pod(pod, policy, lookup, nodes, who).kept(verdicts)
+
+    return judged
+
+
+def _assemble(snapshot: Snapshot, policy: Policy, scope: Scope, pods: list[AuditResult]) -> Audit:
+    """The audit: ``pods`` (judged), then the workloads and DaemonSets of ``snapshot``."""
+    lookup = inventory.namespace_lookup(snapshot.namespaces)
+    verdicts: dict[Verdict, Verdict] = {}
+    results = pods
+    results += [r.kept(verdicts) for r in _workloads(snapshot.workloads, policy, lookup)]
     selected = snapshot.selected_daemonsets
     for daemonset in snapshot.daemonsets if selected is None else selected:
         result = _daemonset(daemonset, policy, lookup)
         if result.problems:
-            results.append(result)
+            results.append(result.kept(verdicts))
+    known = [inventory.name_of(ns) for ns in snapshot.namespaces]
     in_scope = list(scope.namespaces) if scope.namespaces else sorted(known)
     owners = {
-        inventory.uid_of(o): o
+        inventory.uid_of(o): inventory.identity(o)
         for o in (*snapshot.workloads, *snapshot.daemonsets)
         if inventory.uid_of(o)
     }
@@ -371,6 +508,7 @@ def audit(snapshot: Snapshot, policy: Policy, scope: Scope = Scope()) -> Audit:
         namespaces=in_scope,
         everywhere=scope.everywhere,
         owners=owners,
+        pages=snapshot.pages,
     )
 
 
@@ -434,13 +572,9 @@ def _pod(
     judged = judge(subject, policy, lookup)
     node = inventory.node_name_of(pod)
     node_class = nodes.get(node, inventory.UNKNOWN) if node is not None else None
-    return AuditResult(
-        obj=pod,
-        judgement=judged,
-        problems=tuple(_pod_problems(judged, policy, node, node_class)),
-        node=node,
-        node_class=node_class,
-        phase=inventory.phase_of(pod),
+    problems = tuple(_pod_problems(judged, policy, node, node_class))
+    return AuditResult.of(
+        pod, judged, problems, node=node, node_class=node_class, phase=inventory.phase_of(pod)
     )
 
 
@@ -496,7 +630,7 @@ def _workload(obj: Obj, policy: Policy, lookup: Callable[[str], NamespaceMeta]) 
             f"the webhook would refuse this {d.kind}'s pod template now: {'; '.join(d.violations)}"
         )
         problems.append(Problem(code=ProblemCode.REFUSED, severity="high", message=message))
-    return AuditResult(obj=obj, judgement=judged, problems=tuple(problems))
+    return AuditResult.of(obj, judged, tuple(problems))
 
 
 def _daemonset(obj: Obj, policy: Policy, lookup: Callable[[str], NamespaceMeta]) -> AuditResult:
@@ -508,7 +642,7 @@ def _daemonset(obj: Obj, policy: Policy, lookup: Callable[[str], NamespaceMeta])
         for f in judged.decision.notes
         if f.code is Code.LEFT_ALONE_ON_PREEMPTIBLE
     )
-    return AuditResult(obj=obj, judgement=judged, problems=problems)
+    return AuditResult.of(obj, judged, problems)
 
 
 def sort_key(result: AuditResult) -> tuple[str, str, str]:

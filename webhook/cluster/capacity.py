@@ -45,9 +45,9 @@ from webhook.cluster.reclaims import (
     event_time,
     untrusted,
 )
-from webhook.engine.decision import NamespaceLookup, NamespaceMeta, Obj
+from webhook.engine.decision import Obj
 from webhook.engine.policy import Placement, Policy
-from webhook.engine.workloads import mapping_at, string_map
+from webhook.engine.workloads import mapping_at
 from webhook.kube.clock import parse_time
 
 GPU = "nvidia.com/gpu"
@@ -211,7 +211,7 @@ def node_gpus(node: Obj) -> int:
 def compute(listed: Listed, policy: Policy, now: float, settings: Settings) -> Capacity:
     """The capacity report of ``listed`` at ``now``."""
     node_class = {inventory.name_of(n): inventory.node_class(n, policy) for n in listed.nodes}
-    lookup = namespace_lookup(listed.namespaces)
+    lookup = inventory.namespace_lookup(listed.namespaces)
     gpu_pods = [(p, g) for p, g in ((p, gpus_of(p)) for p in listed.pods) if g > 0]
     classified = [(p, g, inventory.pod_class(p, policy, lookup)) for p, g in gpu_pods]
     tally = _tally(classified, node_class, policy, now, settings)
@@ -275,18 +275,6 @@ def _tally(
             tally.requested[(wclass, where)] += gpus
         tally.hours[(wclass, where)] += gpus * _run_hours(pod, now, settings.window)
     return tally
-
-
-def namespace_lookup(namespaces: Iterable[Obj]) -> NamespaceLookup:
-    """The namespaces listed, by name, as the engine reads them (an unlisted one: empty)."""
-    known = {
-        inventory.name_of(ns): NamespaceMeta(
-            annotations=string_map(inventory.meta_of(ns).get("annotations")),
-            labels=string_map(inventory.meta_of(ns).get("labels")),
-        )
-        for ns in namespaces
-    }
-    return lambda name: known.get(name, NamespaceMeta())
 
 
 def finished(pod: Obj) -> bool:

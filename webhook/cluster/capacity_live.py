@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import structlog
 
-from webhook.cluster import capacity
+from webhook.cluster import capacity, inventory
 from webhook.cluster.capacity import OUTCOME_REASONS, Capacity, Listed, Settings
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.reclaims import PREEMPTED_REASON
@@ -32,23 +32,27 @@ DEFAULTS = Settings()
 
 # Called with a kind and how many of it have been read so far.
 Progress = Callable[[str, int], None]
-Keep = Callable[[Obj], bool]
+Take = Callable[[Obj], Obj | None]
+
+
+def _gpu_pod(pod: Obj) -> Obj | None:
+    return inventory.lean(pod) if capacity.gpus_of(pod) > 0 else None
 
 
 def read(cluster: Cluster, settings: Settings, progress: Progress | None = None) -> Listed:
     """Everything ``capacity.compute`` reads, page by page; raises ``ClusterError``."""
 
     def listed(
-        where: str, kind: str, selector: str | None = None, keep: Keep | None = None
+        where: str, kind: str, selector: str | None = None, take: Take = inventory.lean
     ) -> list[Obj]:
         params = {"fieldSelector": selector} if selector else None
         on_page = _counter(kind, progress)
-        return cluster.list_all(where, params=params, on_page=on_page, keep=keep).items
+        return cluster.collect(where, take, params=params, on_page=on_page).items
 
     nodes = listed(path("nodes"), "Node")
     namespaces = listed(path("namespaces"), "Namespace")
     # Only the pods that ask for GPUs count: the others are dropped page by page.
-    pods = listed(path("pods"), "Pod", keep=lambda pod: capacity.gpus_of(pod) > 0)
+    pods = listed(path("pods"), "Pod", take=_gpu_pod)
     events = listed(path("events", namespace=settings.event_namespace), "Event", PREEMPTED_EVENTS)
     for reason in OUTCOME_REASONS:
         events += listed(path("events"), "Event", f"reason={reason}")
@@ -108,12 +112,17 @@ def publish(report: Capacity, metrics: ObserverMetrics) -> None:
     gauges.window.set(report.settings.window)
 
 
-def refresh(cluster: Cluster, policy: Policy, metrics: ObserverMetrics, clock: Clock) -> None:
-    """Measure and publish, with the default settings; a failure is logged, and the gauges
-    keep the last figures."""
+def refresh(
+    cluster: Cluster,
+    policy: Policy,
+    metrics: ObserverMetrics,
+    clock: Clock,
+    settings: Settings = DEFAULTS,
+) -> None:
+    """Measure and publish; a failure is logged, and the gauges keep the last figures."""
     started = time.monotonic()
     try:
-        report = measure(cluster, policy, clock.now)
+        report = measure(cluster, policy, clock.now, settings)
     except ClusterError as exc:
         log.warning("capacity_failed", error=str(exc))
         return

@@ -12,6 +12,7 @@ someone who copies a real uid can still pass, which admission would have caught.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,37 @@ def node_facts(node: Obj, policy: Policy) -> NodeFacts:
         compute_class=node_class(node, policy),
         unschedulable=mapping_at(node, "spec").get("unschedulable") is True,
     )
+
+
+def lean(obj: Obj) -> Obj:
+    """``obj`` without what nothing here reads and a large list makes heavy: the field
+    managers' record (``metadata.managedFields``, half of a listed pod's memory) and a node's
+    image list (``status.images``, up to fifty names and sizes). Changed in place, page by
+    page as it is listed."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    status = obj.get("status")
+    if isinstance(status, dict):
+        status.pop("images", None)  # only a Node has it
+    return obj
+
+
+def identity(obj: Obj) -> Obj:
+    """What names ``obj`` and its controller, as a report needs them once ``obj`` is judged:
+    apiVersion, kind, name, namespace, uid and the controlling owner reference."""
+    meta = meta_of(obj)
+    kept: dict[str, Any] = {
+        k: sys.intern(v) if k == "namespace" else v
+        for k in ("name", "namespace", "uid")
+        if isinstance(v := meta.get(k), str)
+    }
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            kept["ownerReferences"] = [ref]
+            break
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
 
 
 def meta_of(obj: Obj) -> dict[str, Any]:
@@ -223,6 +255,18 @@ def placement_of(class_name: str, policy: Policy) -> Placement | None:
 def is_critical(class_name: str, policy: Policy) -> bool:
     """A class that must never run on preemptible capacity (coordinator, login, serving)."""
     return placement_of(class_name, policy) is Placement.STANDARD
+
+
+def namespace_lookup(namespaces: Iterable[Obj]) -> NamespaceLookup:
+    """The namespaces listed, by name, as the engine reads them (an unlisted one: empty)."""
+    known = {
+        name_of(ns): NamespaceMeta(
+            annotations=string_map(meta_of(ns).get("annotations")),
+            labels=string_map(meta_of(ns).get("labels")),
+        )
+        for ns in namespaces
+    }
+    return lambda name: known.get(name, NamespaceMeta())
 
 
 def cached(lookup: NamespaceLookup) -> NamespaceLookup:

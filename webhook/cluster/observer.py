@@ -33,6 +33,7 @@ import structlog
 
 from webhook.cluster import audit as auditing
 from webhook.cluster import capacity_live, disruption, inventory, reports
+from webhook.cluster.capacity import Settings as CapacitySettings
 from webhook.cluster.inventory import OwnerRef
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.reclaims import (
@@ -69,6 +70,7 @@ REASONS = {
     Outcome.LOST_WITH_NODE: ("ReclaimLostWithNode", "Warning"),
 }
 NAMESPACE_TTL = 60.0
+OWNERS_KEPT = 4096  # ReplicaSets whose Deployment is remembered
 
 Reported = ReclaimSeen | Record | Disruption
 
@@ -84,6 +86,8 @@ class ObserverSettings:
     # Where events about Nodes are recorded: the only TogetherPreempted Events trusted, and
     # where ReclaimObserved goes.
     node_event_namespace: str = NODE_EVENT_NAMESPACE
+    # What the capacity gauges are computed with (refreshed with each periodic audit).
+    capacity: CapacitySettings = capacity_live.DEFAULTS
 
 
 class Observer:
@@ -173,12 +177,14 @@ class Observer:
     def _initial_lists(self) -> dict[str, str]:
         """Nodes, then pods, then Events: a reclaim the Events reveal finds its pods known."""
         now = self.clock.now()
-        nodes = self.cluster.list_all(path("nodes"))
+        nodes = self.cluster.collect(path("nodes"), inventory.lean)
         self._handle(self.tracker.replace_nodes(nodes.items, now))
-        pods = self.cluster.list_all(path("pods"))
+        # Only the pods of preemptible nodes are tracked: the others are dropped page by page
+        # (a large cluster's pods are never all held at once).
+        pods = self.cluster.collect(path("pods"), self._tracked_lean)
         self._handle(self.tracker.replace_pods(pods.items, now))
-        events = self.cluster.list_all(
-            self._events_path, params={"fieldSelector": PREEMPTED_EVENTS}
+        events = self.cluster.collect(
+            self._events_path, inventory.lean, params={"fieldSelector": PREEMPTED_EVENTS}
         )
         for event in events.items:
             self._handle(self.tracker.preempted_event(event, now))
@@ -187,6 +193,11 @@ class Observer:
             "events": events.resource_version,
             "pods": pods.resource_version,
         }
+
+    def _tracked_lean(self, pod: Obj) -> Obj | None:
+        facts = self.tracker.nodes.get(inventory.node_name_of(pod) or "")
+        tracked = facts is not None and facts.compute_class == inventory.PREEMPTIBLE
+        return inventory.lean(pod) if tracked else None
 
     def _follow(self, label: str, where: str, params: Mapping[str, str], version: str) -> None:
         """Hand what the watch of ``where`` delivers, and each relist, to the loop."""
@@ -204,6 +215,7 @@ class Observer:
             changed=lambda kind, obj: self._inbox.put(("event", label, kind, obj)),
             failed=failed,
             watch_seconds=self.settings.watch_seconds,
+            trim=inventory.lean,
         ).run(self._stop)
 
     def _apply(self, item: tuple[Any, ...]) -> None:
@@ -449,6 +461,8 @@ class Observer:
                 found = owner if owner is not None and owner.kind == "Deployment" else None
             except ClusterError:
                 found = None
+            if len(self._owners) >= OWNERS_KEPT:  # the oldest goes: memory stays flat
+                del self._owners[next(iter(self._owners))]
             self._owners[key] = found
         return self._owners[key] or ref
 
@@ -480,7 +494,9 @@ class Observer:
         while not self._stop.wait(self.settings.audit_interval):
             if self.leading.is_set():
                 self.audit_once()
-                capacity_live.refresh(self.cluster, self.policy, self.metrics, self.clock)
+                capacity_live.refresh(
+                    self.cluster, self.policy, self.metrics, self.clock, self.settings.capacity
+                )
 
     def audit_once(self) -> auditing.Audit | None:
         """One audit of the whole cluster: its counts become metrics, and with
@@ -488,8 +504,7 @@ class Observer:
         started = time.monotonic()
         try:
             with gcpause.paused():  # many objects, no cycles (see cli.audit)
-                snapshot = auditing.read_cluster(self.cluster, auditing.Scope())
-                result = auditing.audit(snapshot, self.policy)
+                result = auditing.audit_cluster(self.cluster, auditing.Scope(), self.policy)
         except ClusterError as exc:
             self.metrics.audit_runs.labels(result="error").inc()
             log.warning("audit_failed", error=str(exc))

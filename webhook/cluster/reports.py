@@ -279,7 +279,7 @@ def _reference(obj: Obj) -> dict[str, str]:
 
 def _untouched(result: AuditResult) -> bool:
     # A DaemonSet is left alone (skipped) and may yet have a problem: it counts as failing.
-    return result.judgement.decision.skipped is not None and not result.problems
+    return result.verdict.skipped is not None and not result.problems
 
 
 # --- the results ---------------------------------------------------------------------------
@@ -351,11 +351,11 @@ def _clean(result: AuditResult) -> str:
 
 
 def _properties(result: AuditResult) -> dict[str, str]:
-    d = result.judgement.decision
+    v = result.verdict
     properties = {
-        "class": d.workload_class or inventory.UNCLASSIFIED,
-        "classSource": d.classification.source,
-        "codes": ",".join(sorted({f.code.value for f in (*d.refusals, *d.changes)})),
+        "class": v.workload_class or inventory.UNCLASSIFIED,
+        "classSource": v.class_source,
+        "codes": v.codes,
     }
     if result.node is not None:
         properties["node"] = result.node

@@ -14,9 +14,10 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
 from webhook.errors import PreemptguardError
@@ -89,11 +90,19 @@ def path(
     return "/".join(parts)
 
 
-@dataclass(frozen=True)
-class Listing:
-    """Every item of a collection, read page by page, and the version to watch from."""
+T = TypeVar("T")
 
-    items: list[Obj]
+
+def _itself(item: Obj) -> Obj:
+    return item
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    """Every item of a collection (or what was made of each), read page by page, and the
+    version to watch from."""
+
+    items: list[T]
     resource_version: str
     pages: int
 
@@ -191,14 +200,29 @@ class Cluster:
         params: Mapping[str, str] | None = None,
         page_size: int = PAGE_SIZE,
         on_page: Callable[[int], None] | None = None,
-        keep: Callable[[Obj], bool] | None = None,
-    ) -> Listing:
-        """Every item (with ``keep``, those it keeps, chosen page by page: the others are
-        never held all at once), ``page_size`` at a time (``limit``/``continue``). A continue
-        token that expired mid-way (HTTP 410) starts the list again, once."""
+    ) -> Listing[Obj]:
+        """Every item, ``page_size`` at a time (``limit``/``continue``)."""
+        return self.collect(
+            resource_path, _itself, params=params, page_size=page_size, on_page=on_page
+        )
+
+    def collect(
+        self,
+        resource_path: str,
+        take: Callable[[Obj], T | None],
+        *,
+        params: Mapping[str, str] | None = None,
+        page_size: int = PAGE_SIZE,
+        on_page: Callable[[int], None] | None = None,
+    ) -> Listing[T]:
+        """What ``take`` makes of each item (None: nothing is kept), ``page_size`` items at a
+        time (``limit``/``continue``): a page's items are gone before the next page is read,
+        so a large collection is never held whole. A continue token that expired mid-way
+        (HTTP 410) starts the list again, once: ``take`` may see an item twice, and what it
+        made the first time is dropped."""
         for attempt in (1, 2):
             try:
-                return self._pages(resource_path, params or {}, page_size, on_page, keep)
+                return self._pages(resource_path, params or {}, page_size, on_page, take)
             except ClusterError as exc:
                 if not exc.gone or attempt == 2:
                     raise
@@ -210,24 +234,36 @@ class Cluster:
         params: Mapping[str, str],
         page_size: int,
         on_page: Callable[[int], None] | None,
-        keep: Callable[[Obj], bool] | None,
-    ) -> Listing:
-        items: list[Obj] = []
-        token, pages = "", 0
-        while True:
+        take: Callable[[Obj], T | None],
+    ) -> Listing[T]:
+        """The pages in turn, each asked for while the one before is taken: the API server
+        makes the next page while this process works on the last."""
+
+        def fetch(token: str) -> Obj:
             query = {**params, "limit": str(page_size)}
             if token:
                 query["continue"] = token
-            page = self._json("GET", resource_path, params=query)
-            found = page.get("items") or []
-            items.extend(found if keep is None else [i for i in found if keep(i)])
-            pages += 1
-            if on_page is not None:
-                on_page(len(found))
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                return Listing(items, str(meta.get("resourceVersion") or ""), pages)
+            return self._json("GET", resource_path, params=query)
+
+        items: list[T] = []
+        pages = 0
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-ahead") as ahead:
+            page = fetch("")
+            while True:
+                meta = page.get("metadata") or {}
+                token = meta.get("continue") or ""
+                following = ahead.submit(fetch, token) if token else None
+                found = page.get("items") or []
+                for item in found:
+                    made = take(item)
+                    if made is not None:
+                        items.append(made)
+                pages += 1
+                if on_page is not None:
+                    on_page(len(found))
+                if following is None:
+                    return Listing(items, str(meta.get("resourceVersion") or ""), pages)
+                page = following.result()
 
     def watch(
         self,

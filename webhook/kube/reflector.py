@@ -24,6 +24,8 @@ class Reflector:
     ``listed`` gets every item of each list; ``changed`` each event after it (``ADDED``,
     ``MODIFIED``, ``DELETED``) with its object; ``failed`` each failure and the seconds until
     the next try. ``version``: a list already made, to watch from (empty: list first).
+    ``trim`` is applied to every object as it arrives, before it is kept or handed on (what
+    nothing reads, dropped page by page).
     """
 
     cluster: Callable[[], Cluster]
@@ -35,6 +37,7 @@ class Reflector:
     version: str = ""
     backoff: tuple[float, float] = BACKOFF
     watch_seconds: int = WATCH_SECONDS
+    trim: Callable[[Obj], Obj] = lambda obj: obj
 
     def run(self, stop: threading.Event) -> None:
         """List and watch until ``stop`` is set; never raises."""
@@ -56,7 +59,7 @@ class Reflector:
     def _list_and_watch(self, stop: threading.Event) -> None:
         cluster = self.cluster()
         if not self.version:
-            listing = cluster.list_all(self.where, params=self.params)
+            listing = cluster.collect(self.where, self.trim, params=self.params)
             self.listed(listing.items)
             self.version = listing.resource_version
         events = cluster.watch(
@@ -69,7 +72,7 @@ class Reflector:
             if stop.is_set():
                 return
             obj = event.get("object")
-            obj = obj if isinstance(obj, dict) else {}
+            obj = self.trim(obj) if isinstance(obj, dict) else {}
             meta = obj.get("metadata")
             version = meta.get("resourceVersion") if isinstance(meta, dict) else None
             if isinstance(version, str) and version:
