@@ -9,11 +9,14 @@ ones, the first four on each node asking 2 GPUs; one pod in a hundred waits unbo
 scheduler no one runs), interruptible, asking one GPU. Without a kubelet no pod has started, so
 no GPU-hours accrue: what is measured is listing and classifying.
 
-kubectl is looked for in the control-plane cache (``~/.cache/preemptguard``, or
-``PREEMPTGUARD_CACHE``), or given with ``--kubectl``; without one its row says so.
+The yardstick is the same release's kubectl: ``hack/kubectl.sh`` finds it in the cache (or
+``KUBECTL``) or builds it once from the Go module proxy; ``--kubectl PATH`` gives another.
 
-Run: python benchmarks/scale_bench.py [--nodes 5000] [--pods 150000]
-Prints a table; asserts nothing about time.
+``--observe-minutes N`` then runs ``preemptguard observe`` for N minutes of churn on the same
+cluster and samples its memory (``observer_churn``).
+
+Run: python benchmarks/scale_bench.py [--nodes 5000] [--pods 150000] [--observe-minutes 60]
+Prints tables; asserts nothing about time.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +41,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import observer_churn
 from benchmarks.audit_bench import stored_pod
 from harness import cluster
 from harness.binaries import MAIN
@@ -201,14 +206,41 @@ def _summary(label: str, output: bytes) -> str:
 
 
 def find_kubectl(given: str | None) -> Path | None:
+    """``given``, else what ``hack/kubectl.sh`` finds or builds; None when it cannot."""
     if given:
         return Path(given)
-    cache = Path(os.environ.get("PREEMPTGUARD_CACHE", Path.home() / ".cache" / "preemptguard"))
-    found = sorted(p for p in cache.glob("**/bin/kubectl") if os.access(p, os.X_OK))
-    return found[-1] if found else None
+    found = subprocess.run(["bash", str(REPO / "hack" / "kubectl.sh")], stdout=subprocess.PIPE,
+                           text=True, check=False)  # fmt: skip
+    return Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
 
 
-def run(nodes: int, pods: int, kubectl: str | None) -> list[Measured]:
+def doomed(pods: int, nodes: list[tuple[str, str]]) -> deque[tuple[str, str]]:
+    """The filled pods bound to preemptible nodes, (namespace, name), as ``pods_for`` made them."""
+    per_node = max(pods // len(nodes), 1)
+    return deque(
+        (f"team-{i % NAMESPACES}", f"p-{i:06d}")
+        for i in range(pods)
+        if i % PENDING_EVERY != PENDING_EVERY - 1
+        and nodes[(i // per_node) % len(nodes)][1] == cluster.PREEMPTIBLE
+    )
+
+
+def churn_pod_maker() -> Callable[[str, str, str], Obj]:
+    shape = templates()["interruptible"]
+
+    def made(name: str, namespace: str, node: str) -> Obj:
+        obj = copy.deepcopy(shape)
+        obj["metadata"].pop("generateName", None)
+        obj["metadata"]["name"], obj["metadata"]["namespace"] = name, namespace
+        obj["spec"]["nodeName"] = node
+        return obj
+
+    return made
+
+
+def run(
+    nodes: int, pods: int, kubectl: str | None, observe_minutes: float
+) -> tuple[list[Measured], observer_churn.Churned | None]:
     with running_control_plane(MAIN) as cp:
         print(f"Kubernetes {MAIN.version}", flush=True)
         fill(cp, nodes, pods)
@@ -221,12 +253,47 @@ def run(nodes: int, pods: int, kubectl: str | None) -> list[Measured]:
         ]  # fmt: skip
         binary = find_kubectl(kubectl)
         if binary is None:
-            rows.append(Measured("kubectl get pods -A -o json", 0, 0, 0, 0,
-                                 "no kubectl in the control-plane cache: not run"))  # fmt: skip
+            note = "no kubectl (hack/kubectl.sh could not build one): not run"
+            rows.append(Measured("kubectl get pods -A -o json", 0, 0, 0, 0, note))
         else:
             argv = [str(binary), "get", "pods", "-A", "-o", "json"]
             rows.append(measure("kubectl get pods -A -o json", argv, env))
-        return rows
+        if not observe_minutes:
+            return rows, None
+        names = node_names(nodes)
+        churn = observer_churn.Churn(
+            cp=cp,
+            preemptible=[n for n, c in names if c == cluster.PREEMPTIBLE],
+            make_pod=churn_pod_maker(),
+            namespaces=NAMESPACES,
+            doomed=doomed(pods, names),
+        )
+        print(f"observer: {observe_minutes:g} minutes of churn", flush=True)
+        return rows, observer_churn.run(churn, observe_minutes, env)
+
+
+def churn_table(done: observer_churn.Churned, minutes: float) -> str:
+    """The observer's RSS at its start and every tenth of the run, then what the churn did."""
+    marks = [minutes * k / 10 for k in range(11)]
+    picked = [min(done.samples, key=lambda s: abs(s[0] - m)) for m in marks]
+    lines = [
+        "| minute | " + " | ".join(f"{m:.0f}" for m, _ in picked) + " | peak |",
+        "|---" * (len(picked) + 2) + "|",
+        "| observer RSS (MiB) | " + " | ".join(f"{r:,.0f}" for _, r in picked)
+        + f" | {done.peak_mib:,.0f} |",
+    ]  # fmt: skip
+    c = done.counts
+    lines += [
+        "",
+        f"churn: {done.created:,} pods created, {done.deleted:,} deleted, {done.reclaims} "
+        f"reclaims ({done.errors} calls refused); the observer counted "
+        f"{c.get('preemptguard_reclaims_total', 0):,.0f} reclaims, "
+        f"{c.get('preemptguard_displaced_pods_total', 0):,.0f} displaced pods, "
+        f"{c.get('preemptguard_reclaim_pods_marked_total', 0):,.0f} pods marked, "
+        f"{c.get('preemptguard_observer_write_failures_total', 0):,.0f} writes failed, "
+        f"{c.get('preemptguard_observer_watch_errors_total', 0):,.0f} watch errors",
+    ]
+    return "\n".join(lines)
 
 
 def table(rows: list[Measured], nodes: int, pods: int) -> str:
@@ -252,10 +319,15 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--kubectl", default=None, help="a kubectl binary to run beside")
+    parser.add_argument("--observe-minutes", type=float, default=0,
+                        help="then the observer under churn for this long (0: not)")  # fmt: skip
     args = parser.parse_args()
-    rows = run(args.nodes, args.pods, args.kubectl)
+    rows, churned = run(args.nodes, args.pods, args.kubectl, args.observe_minutes)
     print()
     print(table(rows, args.nodes, args.pods))
+    if churned is not None:
+        print()
+        print(churn_table(churned, args.observe_minutes))
 
 
 if __name__ == "__main__":
