@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 CERTS  ?= .certs
 
-.PHONY: install lock pin-image compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples generate bench fuzz clean
+.PHONY: install lock pin-image compile clean-compiled run test lint typecheck unit e2e control-plane kustomize helm promtool check-examples generate bench fuzz clean jobset-controller
 
 # The dependencies come from the hashed lock, the package itself (editable) without them.
 $(BIN)/preemptguard: pyproject.toml requirements-dev.lock
@@ -52,7 +52,7 @@ run: install
 	PYTHON=$(BIN)/python hack/compile-engine.sh --if-possible
 	$(BIN)/preemptguard serve --self-signed $(CERTS) --host 127.0.0.1 --port 8443 --metrics-port 9090
 
-test: lint typecheck compile control-plane kustomize helm promtool
+test: lint typecheck compile control-plane kustomize helm promtool jobset-controller
 	$(BIN)/pytest
 
 lint: install
@@ -68,7 +68,7 @@ typecheck: install
 unit: install
 	$(BIN)/pytest -m "not e2e and not slow and not tools"
 
-e2e: install compile control-plane kustomize
+e2e: install compile control-plane kustomize jobset-controller
 	$(BIN)/pytest -m e2e
 
 # Builds (once) or finds etcd, kube-apiserver, kube-scheduler and kube-controller-manager of both
@@ -92,6 +92,11 @@ helm:
 # checks and tests the shipped alert rules.
 promtool:
 	hack/promtool.sh >/dev/null
+
+# Finds or builds (once, with Go, a few minutes) the JobSet controller, which takes JobSets
+# through their lives in the end-to-end tests.
+jobset-controller:
+	hack/jobset-controller.sh >/dev/null
 
 check-examples: install
 	$(BIN)/preemptguard check -f examples/ || test $$? -eq 1

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import cluster
+from harness import cluster, reclaim
 from harness.controlplane import ControlPlane
 from harness.kube import Kube, KubeError
-from webhook.kube.clock import format_time
 
 PER_TICK = 10
 RECLAIM_EVERY = 30.0
@@ -96,15 +95,7 @@ class Churn:
     def reclaim(self, kube: Kube) -> None:
         """One reclaim as the provider makes it, then a new machine under the same name."""
         node = self.rng.choice(self.preemptible)
-        cluster.cordon(kube, node)
-        uid = kube.get(f"/api/v1/nodes/{node}")["metadata"]["uid"]
-        now = format_time(time.time())
-        kube.create("/api/v1/namespaces/default/events", {
-            "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{node}."},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
-            "reason": "TogetherPreempted", "type": "Warning", "message": "node reclaimed",
-            "source": {"component": "provider"}, "firstTimestamp": now, "lastTimestamp": now,
-            "count": 1})  # fmt: skip
+        reclaim.provider_reclaims(kube, node)
         time.sleep(GRACE)
         listed = kube.get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}")["items"]
         gone = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in listed}

@@ -1310,6 +1310,21 @@ def test_the_alert_rules_are_the_components_under_the_releases_name() -> None:
     assert 'job="gpu-placement"' in yaml.safe_dump(rule["spec"])
 
 
+def test_the_observers_capacity_settings_become_its_options() -> None:
+    def args(*values: str) -> list[str]:
+        objects = template("--set", "observer.enabled=true", *values)
+        observer = next(o for o in objects if o["kind"] == "Deployment" and "observe" in
+                        o["spec"]["template"]["spec"]["containers"][0]["args"])  # fmt: skip
+        found: list[str] = observer["spec"]["template"]["spec"]["containers"][0]["args"]
+        return found
+
+    assert not [a for a in args() if a.startswith(("--window", "--idle-for", "--preemptible"))]
+    chosen = args("--set", "observer.capacity.window=7d", "--set",
+                  "observer.capacity.idleFor=2h", "--set",
+                  "observer.capacity.preemptiblePriceRatio=0.35")  # fmt: skip
+    assert chosen[-3:] == ["--window=7d", "--idle-for=2h", "--preemptible-price-ratio=0.35"]
+
+
 def test_the_webhooks_priority_class_can_be_left_out() -> None:
     objects = template("--set", "priorityClass.create=false")
     assert "priorityClassName" not in find(objects, "Deployment")["spec"]["template"]["spec"]
@@ -1386,6 +1401,9 @@ def test_the_policys_priority_classes_are_those_the_default_policy_names() -> No
         (["--set", "metrics.serviceMonitor.intervall=30s"], "additional properties 'intervall'"),
         (["--set", "metrics.podMonitor.scrapeTimeout=ten"], "/metrics/podMonitor/scrapeTimeout"),
         (["--set", "metrics.podMonitor.labels.release=1"], "/metrics/podMonitor/labels/release"),
+        (["--set", "observer.capacity.window=soon"], "/observer/capacity/window"),
+        (["--set", "observer.capacity.preemptiblePriceRatio=2"], "/observer/capacity/preemptible"),
+        (["--set", "observer.capacity.idlefor=1h"], "additional properties 'idlefor'"),
     ],
 )
 def test_the_values_schema_refuses_bad_values(args: list[str], message: str) -> None:

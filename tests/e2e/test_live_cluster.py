@@ -42,7 +42,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import REPO, cluster
+from harness import REPO, cluster, reclaim
 from harness.cluster import CLASS_LABEL, PLACEMENT, PREEMPTIBLE, STANDARD, WORKLOAD
 from harness.controlplane import ControlPlane
 from harness.kube import Kube, KubeError, write_kubeconfig
@@ -56,7 +56,6 @@ from harness.webhook import (
 )
 from tests.e2e import upstream
 from webhook.cluster.access import audited_kinds
-from webhook.kube.clock import format_time
 from webhook.loading.policies import builtin_policy
 
 pytestmark = pytest.mark.e2e
@@ -869,69 +868,17 @@ def test_drill_refuses_a_standard_node(
 
 # --- DisruptionTarget: what a Job's podFailurePolicy needs to see ----------------------------
 
-RECLAIM_GROUP = "e2e.preemptguard.together.ai/reclaims"
 IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore",
                                  "onPodConditions": [{"type": "DisruptionTarget"}]}]}  # fmt: skip
 
 
-def _group_node(kube: Kube, group: str) -> str:
-    """A fresh preemptible node, the only kind the pods of ``group`` may be bound to."""
-    name = cluster.unique("preemptible-reclaimed")
-    cluster.create_node(kube, name, PREEMPTIBLE, labels={RECLAIM_GROUP: group})
-    return name
-
-
-def _provider_reclaims(kube: Kube, node: str) -> None:
-    """T+0 as the provider does it: the node cordoned, the TogetherPreempted Event on it."""
-    cluster.cordon(kube, node)
-    uid = kube.get(f"/api/v1/nodes/{node}")["metadata"]["uid"]
-    now = format_time(time.time())
-    kube.create("/api/v1/namespaces/default/events", {
-        "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{node}."},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
-        "reason": "TogetherPreempted", "type": "Warning", "message": "node reclaimed",
-        "source": {"component": "provider"}, "firstTimestamp": now, "lastTimestamp": now,
-        "count": 1})  # fmt: skip
-
-
-def _kubelet_ends(kube: Kube, namespace: str, name: str, phase: str) -> None:
-    """The pod's one container ends as its kubelet reports it: exit 143 on SIGTERM (Failed)
-    or 0 (Succeeded), through the status subresource, its other conditions kept."""
-    code, reason = (0, "Completed") if phase == "Succeeded" else (143, "Error")
-    now = format_time(time.time())
-    terminated = {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}
-    status = {"phase": phase, "containerStatuses": [
-        {"name": "main", "image": "registry.invalid/e2e:1", "imageID": "", "ready": False,
-         "restartCount": 0, "state": {"terminated": terminated}}]}  # fmt: skip
-    kube.call("PATCH", f"{_pods(namespace)}/{name}/status", {"status": status},
-              content_type="application/strategic-merge-patch+json")  # fmt: skip
-
-
-def _disruption(kube: Kube, namespace: str, name: str) -> Obj | None:
-    conditions = kube.get(f"{_pods(namespace)}/{name}")["status"].get("conditions", [])
-    return next((c for c in conditions if c["type"] == "DisruptionTarget"), None)
-
-
 def _job(name: str, group: str) -> Obj:
     """``backoffLimit: 0``: the first failure that counts fails it; reclaims do not count."""
-    template = cluster.pod_template({"app": name}, nodeSelector={RECLAIM_GROUP: group},
+    template = cluster.pod_template({"app": name}, nodeSelector={reclaim.RECLAIM_GROUP: group},
                                     tolerations=TOLERATE_ALL, restartPolicy="Never")  # fmt: skip
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {"backoffLimit": 0, "podFailurePolicy": IGNORE_DISRUPTIONS,
                      "podReplacementPolicy": "Failed", "template": template}}  # fmt: skip
-
-
-def _running_pod(kube: Kube, namespace: str, app: str, node: str) -> str:
-    """The pod of ``app`` the scheduler bound to ``node`` (a Job's replacement comes after
-    the controller's back-off: 10, 20, then 40 s)."""
-
-    def bound() -> str | None:
-        for found in cluster.pods_with_labels(kube, namespace, f"app={app}"):
-            if found["spec"].get("nodeName") == node:
-                return str(found["metadata"]["name"])
-        return None
-
-    return wait_until(bound, timeout=120, what=f"a pod of {app} bound to {node}")
 
 
 def _job_finished(kube: Kube, namespace: str, name: str) -> str | None:
@@ -957,15 +904,15 @@ def test_without_the_observer_a_reclaim_fails_a_job_that_ignores_disruptions(
     kube: Kube, nodes: dict[str, str], namespace: str
 ) -> None:
     group = cluster.unique("unobserved")
-    node = _group_node(kube, group)
+    node = reclaim.group_node(kube, group)
     kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", _job("train", group))
-    name = _running_pod(kube, namespace, "train", node)
-    _provider_reclaims(kube, node)
-    _kubelet_ends(kube, namespace, name, "Failed")
+    name = reclaim.running_pod(kube, namespace, "app=train", node)
+    reclaim.provider_reclaims(kube, node)
+    reclaim.kubelet_ends(kube, namespace, name, "Failed")
     finished = wait_until(lambda: _job_finished(kube, namespace, "train"), timeout=60,
                           what="the Job to finish")  # fmt: skip
     assert finished == "Failed"
-    assert _disruption(kube, namespace, name) is None  # the provider does not set it
+    assert reclaim.disruption(kube, namespace, name) is None  # the provider does not set it
     _clean_up(kube, namespace, "train", [node])
 
 
@@ -975,18 +922,18 @@ def test_a_job_that_ignores_disruptions_survives_reclaims_the_observer_marks(
 ) -> None:
     group = cluster.unique("observed")
     reclaimed: dict[str, str] = {}  # pod -> its node
-    node = _group_node(kube, group)
+    node = reclaim.group_node(kube, group)
     kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", _job("train", group))
     for attempt in range(4):
-        name = _running_pod(kube, namespace, "train", node)
-        _provider_reclaims(kube, node)
-        wait_until(functools.partial(_disruption, kube, namespace, name), timeout=30,
+        name = reclaim.running_pod(kube, namespace, "app=train", node)
+        reclaim.provider_reclaims(kube, node)
+        wait_until(functools.partial(reclaim.disruption, kube, namespace, name), timeout=30,
                    what=f"the observer to mark {name}")  # fmt: skip
         reclaimed[name] = node
-        node = _group_node(kube, group)  # where the replacement goes
+        node = reclaim.group_node(kube, group)  # where the replacement goes
         # Three pods killed by their reclaim; the fourth finishes its work on SIGTERM.
         # A replacement bound to the new node (the next turn) is the Job surviving.
-        _kubelet_ends(kube, namespace, name, "Succeeded" if attempt == 3 else "Failed")
+        reclaim.kubelet_ends(kube, namespace, name, "Succeeded" if attempt == 3 else "Failed")
     finished = wait_until(lambda: _job_finished(kube, namespace, "train"), timeout=60,
                           what="the Job to finish")  # fmt: skip
     assert finished == "Complete"
@@ -998,7 +945,7 @@ def test_a_job_that_ignores_disruptions_survives_reclaims_the_observer_marks(
     phases = sorted(p["status"]["phase"] for p in pods.values())
     assert phases == ["Failed", "Failed", "Failed", "Succeeded"]
     for name, on in reclaimed.items():
-        condition = _disruption(kube, namespace, name)
+        condition = reclaim.disruption(kube, namespace, name)
         assert condition is not None
         assert (condition["status"], condition["reason"]) == ("True", "PreemptibleNodeReclaimed")
         assert f"preemptible node {on} is being reclaimed" in condition["message"]
@@ -1023,7 +970,7 @@ def test_the_observer_marks_only_the_unfinished_pods_of_the_reclaimed_node(
     kube: Kube, nodes: dict[str, str], observers: list[ObserverProcess], namespace: str
 ) -> None:
     group = cluster.unique("marked")
-    node, other = _group_node(kube, group), _group_node(kube, group)
+    node, other = reclaim.group_node(kube, group), reclaim.group_node(kube, group)
     for name, on in (("train", node), ("done", node), ("elsewhere", other)):
         kube.create(_pods(namespace), cluster.pod(name, nodeSelector={HOSTNAME: on},
                                                   tolerations=TOLERATE_ALL))  # fmt: skip
@@ -1033,22 +980,22 @@ def test_the_observer_marks_only_the_unfinished_pods_of_the_reclaimed_node(
               content_type="application/strategic-merge-patch+json")  # fmt: skip
     before = kube.get(f"{_pods(namespace)}/train")["status"]["conditions"]
     assert "Ready" in {c["type"] for c in before}
-    _kubelet_ends(kube, namespace, "done", "Succeeded")
+    reclaim.kubelet_ends(kube, namespace, "done", "Succeeded")
     time.sleep(2.5)  # finished well before the reclaim (times are whole seconds)
-    _provider_reclaims(kube, node)
-    condition = wait_until(lambda: _disruption(kube, namespace, "train"), timeout=30,
+    reclaim.provider_reclaims(kube, node)
+    condition = wait_until(lambda: reclaim.disruption(kube, namespace, "train"), timeout=30,
                            what="the observer to mark train")  # fmt: skip
     assert (condition["status"], condition["reason"]) == ("True", "PreemptibleNodeReclaimed")
     assert condition["message"].startswith(f"preemptible node {node} is being reclaimed")
     stored = kube.get(f"{_pods(namespace)}/train")["status"]["conditions"]
     assert [c for c in stored if c["type"] != "DisruptionTarget"] == before  # the others kept
     a, _ = observers
-    _kubelet_ends(kube, namespace, "train", "Succeeded")
+    reclaim.kubelet_ends(kube, namespace, "train", "Succeeded")
     wait_until(lambda: a.value("preemptguard_reclaim_pods_completed_total",
                                workload_class="unclassified") == 1,
                timeout=30, what="train counted as completed")  # fmt: skip
-    assert _disruption(kube, namespace, "done") is None  # finished before the reclaim
-    assert _disruption(kube, namespace, "elsewhere") is None  # another node
+    assert reclaim.disruption(kube, namespace, "done") is None  # finished before the reclaim
+    assert reclaim.disruption(kube, namespace, "elsewhere") is None  # another node
     # The uid the observer's patch carries is a precondition: another pod is not marked.
     wrong = {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"},
              "status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}}  # fmt: skip
@@ -1056,7 +1003,7 @@ def test_the_observer_marks_only_the_unfinished_pods_of_the_reclaimed_node(
         kube.call("PATCH", f"{_pods(namespace)}/elsewhere/status", wrong,
                   content_type="application/strategic-merge-patch+json")  # fmt: skip
     assert refused.value.status in (409, 422), refused.value
-    assert _disruption(kube, namespace, "elsewhere") is None
+    assert reclaim.disruption(kube, namespace, "elsewhere") is None
     assert a.value("preemptguard_reclaim_pods_marked_total") == 1
     (line,) = a.lines("completed_during_reclaim")
     assert (line["pod"], line["owner"]) == ("train", "Pod/train")
