@@ -2,12 +2,15 @@
 # Print the path of a JobSet controller binary (sigs.k8s.io/jobset, the release whose CRDs
 # hack/upstream-crds.sh fetches), which the end-to-end tests run against the local control
 # plane to take a JobSet through its life: its Jobs made by the real controller, failed and
-# restarted as on a cluster.
+# restarted as on a cluster. Beside the binary's bin/ folder: webhooks.yaml, upstream's
+# webhook configurations (config/components/webhook/manifests.yaml) of the same release.
 #
 # Order: $JOBSET_CONTROLLER; a cached build in
-# ${PREEMPTGUARD_CACHE:-~/.cache/preemptguard}/jobset-$version/bin; else build it once with
-# `go install` from the Go module proxy (its go.mod asks for Go 1.26), with the module and
-# build caches the other hack/ scripts share. A cold build takes a few minutes.
+# ${PREEMPTGUARD_CACHE:-~/.cache/preemptguard}/jobset-$version/bin; else build it once from the
+# Go module proxy (its go.mod asks for Go 1.26), in a wrapper module that requires the exact
+# release (`go install pkg@version` would also ask the proxy for the module's version list),
+# with the module and build caches the other hack/ scripts share. A cold build takes a few
+# minutes.
 set -euo pipefail
 
 version=v0.12.0
@@ -21,7 +24,7 @@ fi
 
 cache_root=${PREEMPTGUARD_CACHE:-$HOME/.cache/preemptguard}
 bin=$cache_root/jobset-$version/bin
-if [[ -x $bin/jobset-controller ]]; then
+if [[ -x $bin/jobset-controller && -f $bin/../webhooks.yaml ]]; then
   echo "$bin/jobset-controller"
   exit 0
 fi
@@ -36,8 +39,16 @@ staged=$(mktemp -d "$cache_root/jobset-$version.tmp.XXXXXX")
 trap 'rm -rf "$staged"' EXIT
 cd "$staged"
 log "building the JobSet controller $version with $(go version | cut -d' ' -f3) into $bin"
-GOBIN=$staged go install -trimpath -ldflags "-w -s" "sigs.k8s.io/jobset@$version" >&2
-[[ -x $staged/jobset ]] || { log "the build left no jobset binary"; exit 1; }
+go mod init preemptguard.local/jobset-controller >/dev/null 2>&1
+go mod edit "-require=sigs.k8s.io/jobset@$version"
+# The tools.go-style import keeps tidy from dropping the requirement.
+printf 'package main\n\nimport _ "sigs.k8s.io/jobset"\n' >tools.go
+go mod tidy >&2
+go build -trimpath -ldflags "-w -s" -o "$staged/jobset-controller" sigs.k8s.io/jobset >&2
+[[ -x $staged/jobset-controller ]] || { log "the build left no jobset-controller binary"; exit 1; }
+src=$(go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)
 mkdir -p "$bin"
-mv "$staged/jobset" "$bin/jobset-controller"
+cp "$src/config/components/webhook/manifests.yaml" "$bin/../webhooks.yaml"
+chmod u+w "$bin/../webhooks.yaml"
+mv "$staged/jobset-controller" "$bin/jobset-controller"
 echo "$bin/jobset-controller"

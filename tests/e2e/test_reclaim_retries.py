@@ -49,11 +49,11 @@ def jobset_controller(
     """The JobSet CRD as upstream writes it, and its controller."""
     try:
         upstream.install(kube, upstream.crds("jobset"))
-        controller = jobset.start(control_plane, tmp_path_factory.mktemp("jobset"))
+        controller = jobset.start(control_plane, kube, tmp_path_factory.mktemp("jobset"))
     except (upstream.UpstreamError, jobset.JobSetControllerError, TimeoutError) as exc:
         pytest.fail(str(exc), pytrace=False)
     yield controller
-    controller.stop()
+    jobset.stop(controller, kube)
 
 
 @pytest.fixture
