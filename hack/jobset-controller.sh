@@ -16,18 +16,11 @@ set -euo pipefail
 version=v0.12.0
 log() { echo "jobset-controller.sh: $*" >&2; }
 
-if [[ -n "${JOBSET_CONTROLLER:-}" ]]; then
-  [[ -x $JOBSET_CONTROLLER ]] || { log "JOBSET_CONTROLLER=$JOBSET_CONTROLLER is not an executable"; exit 1; }
-  echo "$JOBSET_CONTROLLER"
-  exit 0
-fi
-
 cache_root=${PREEMPTGUARD_CACHE:-$HOME/.cache/preemptguard}
 bin=$cache_root/jobset-$version/bin
-if [[ -x $bin/jobset-controller && -f $bin/../webhooks.yaml ]]; then
-  echo "$bin/jobset-controller"
-  exit 0
-fi
+# shellcheck source=lib/given-or-cached.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/given-or-cached.sh"
+given_or_cached JOBSET_CONTROLLER "$bin/jobset-controller" "$bin/../webhooks.yaml"
 
 command -v go >/dev/null || { log "no 'go' on PATH to build the JobSet controller; set JOBSET_CONTROLLER"; exit 1; }
 # shellcheck source=lib/go-env.sh

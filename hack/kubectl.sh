@@ -13,18 +13,11 @@ set -euo pipefail
 version=v1.37.2
 log() { echo "kubectl.sh: $*" >&2; }
 
-if [[ -n "${KUBECTL:-}" ]]; then
-  [[ -x $KUBECTL ]] || { log "KUBECTL=$KUBECTL is not an executable"; exit 1; }
-  echo "$KUBECTL"
-  exit 0
-fi
-
 cache_root=${PREEMPTGUARD_CACHE:-$HOME/.cache/preemptguard}
 bin=$cache_root/kubectl-$version/bin
-if [[ -x $bin/kubectl ]]; then
-  echo "$bin/kubectl"
-  exit 0
-fi
+# shellcheck source=lib/given-or-cached.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/given-or-cached.sh"
+given_or_cached KUBECTL "$bin/kubectl"
 
 command -v go >/dev/null || { log "no kubectl found and no 'go' on PATH to build one; set KUBECTL"; exit 1; }
 # shellcheck source=lib/go-env.sh

@@ -83,7 +83,14 @@ def start(cp: ControlPlane, kube: Kube, work: Path) -> Component:
         controller.stop()
         raise JobSetControllerError(f"the JobSet controller did not start:\n{tail}") from None
     ca = base64.b64encode(tls.ca.read_bytes()).decode()
-    for configuration in webhooks(program.parent.parent / "webhooks.yaml", port, ca):
+    manifest = program.parent.parent / "webhooks.yaml"
+    if not manifest.is_file():
+        controller.stop()
+        raise JobSetControllerError(
+            f"no {manifest}: the JobSet webhooks of the controller's release (upstream's "
+            "config/components/webhook/manifests.yaml) go there, beside its bin/ folder"
+        )
+    for configuration in webhooks(manifest, port, ca):
         kube.apply(_configuration_path(configuration), configuration)
     return controller
 

@@ -5,6 +5,7 @@ benchmarks."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -73,3 +74,23 @@ def running_pod(kube: Kube, namespace: str, selector: str, node: str) -> str:
         return None
 
     return wait_until(bound, timeout=120, what=f"a pod of {selector} bound to {node}")
+
+
+def reclaim_each_marked_pod(
+    kube: Kube, namespace: str, selector: str, group: str, node: str, reclaims: int
+) -> tuple[dict[str, str], str]:
+    """``reclaims`` reclaims of the node that runs the pod of ``selector``, each waiting for the
+    observer to mark the pod DisruptionTarget, then one more in which the pod finishes its
+    work on SIGTERM (exit 0). Before each pod ends, a fresh node of ``group`` is made for its
+    replacement: a replacement bound there is the workload surviving the reclaim. Returns
+    ``{pod: the node it was reclaimed on}`` and the last node made."""
+    reclaimed: dict[str, str] = {}
+    for attempt in range(reclaims + 1):
+        name = running_pod(kube, namespace, selector, node)
+        provider_reclaims(kube, node)
+        marked = functools.partial(disruption, kube, namespace, name)
+        wait_until(marked, timeout=30, what=f"the observer to mark {name}")
+        reclaimed[name] = node
+        node = group_node(kube, group)
+        kubelet_ends(kube, namespace, name, "Succeeded" if attempt == reclaims else "Failed")
+    return reclaimed, node

@@ -23,7 +23,6 @@ with the rights the shipped roles of ``manifests/components/observer`` grant and
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -921,19 +920,11 @@ def test_a_job_that_ignores_disruptions_survives_reclaims_the_observer_marks(
     kube: Kube, nodes: dict[str, str], observers: list[ObserverProcess], namespace: str
 ) -> None:
     group = cluster.unique("observed")
-    reclaimed: dict[str, str] = {}  # pod -> its node
     node = reclaim.group_node(kube, group)
     kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", _job("train", group))
-    for attempt in range(4):
-        name = reclaim.running_pod(kube, namespace, "app=train", node)
-        reclaim.provider_reclaims(kube, node)
-        wait_until(functools.partial(reclaim.disruption, kube, namespace, name), timeout=30,
-                   what=f"the observer to mark {name}")  # fmt: skip
-        reclaimed[name] = node
-        node = reclaim.group_node(kube, group)  # where the replacement goes
-        # Three pods killed by their reclaim; the fourth finishes its work on SIGTERM.
-        # A replacement bound to the new node (the next turn) is the Job surviving.
-        reclaim.kubelet_ends(kube, namespace, name, "Succeeded" if attempt == 3 else "Failed")
+    # Three pods killed by their reclaim; the fourth finishes its work on SIGTERM.
+    reclaimed, node = reclaim.reclaim_each_marked_pod(kube, namespace, "app=train", group,
+                                                      node, reclaims=3)  # fmt: skip
     finished = wait_until(lambda: _job_finished(kube, namespace, "train"), timeout=60,
                           what="the Job to finish")  # fmt: skip
     assert finished == "Complete"

@@ -12,7 +12,6 @@ kubelet reports it.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,7 +157,6 @@ def test_an_interruptible_workload_survives_reclaims_with_the_webhooks_rule_and_
 ) -> None:
     group = cluster.unique(f"retries-{kind.lower()}")
     node = reclaim.group_node(kube, group)
-    used = [node]
     obj = MAKERS[kind]("sweep", group)
     kube.create(_collection(obj, namespace), obj)
     job = _the_job(kube, namespace, obj)
@@ -166,18 +164,10 @@ def test_an_interruptible_workload_survives_reclaims_with_the_webhooks_rule_and_
     assert job["spec"]["podFailurePolicy"]["rules"][0] == RULE
     assert job["spec"]["podReplacementPolicy"] == "Failed"
 
-    reclaimed: dict[str, str] = {}  # pod -> its node
-    for attempt in range(RECLAIMS + 1):
-        name = reclaim.running_pod(kube, namespace, "app=sweep", node)
-        reclaim.provider_reclaims(kube, node)
-        wait_until(functools.partial(reclaim.disruption, kube, namespace, name), timeout=30,
-                   what=f"the observer to mark {name}")  # fmt: skip
-        reclaimed[name] = node
-        node = reclaim.group_node(kube, group)  # where the replacement goes
-        used.append(node)
-        # Three pods killed by their reclaim; the fourth finishes its work on SIGTERM.
-        last = attempt == RECLAIMS
-        reclaim.kubelet_ends(kube, namespace, name, "Succeeded" if last else "Failed")
+    # Three pods killed by their reclaim; the fourth finishes its work on SIGTERM.
+    reclaimed, last = reclaim.reclaim_each_marked_pod(kube, namespace, "app=sweep", group, node,
+                                                      reclaims=RECLAIMS)  # fmt: skip
+    used = [*dict.fromkeys(reclaimed.values()), last]
     where = f"{_collection(obj, namespace)}/sweep"
     finished = wait_until(lambda: _finished(kube, where), timeout=90, what=f"the {kind} to finish")
     assert finished in ("Complete", "Completed")
