@@ -348,6 +348,33 @@ def test_a_watch_that_breaks_is_listed_again_and_nothing_is_missed(
     assert run.thread.is_alive()
 
 
+def test_only_the_pods_of_preemptible_nodes_are_held_and_lean_after_lists_and_watches(
+    fake: FakeApiServer, observers: Observers, policy: Policy
+) -> None:
+    _cluster(fake, policy)
+    for name in ("sweep", "elsewhere"):
+        fake.modify("Pod", name, "team", metadata={"managedFields": [{"manager": "kubectl"}]})
+    run = observers.start("observer-a")
+    _wait(run.observer.synced.is_set, what="the first lists")
+
+    def held() -> dict[str, Obj]:
+        tracked = list(run.observer.tracker.pods.values())
+        return {str(view.obj["metadata"]["name"]): view.obj for view in tracked}
+
+    on_preemptible = {"sweep", "web-7d9-x", "eval", "stuck"}  # not agent-x: a DaemonSet's
+    assert set(held()) == on_preemptible
+    assert "managedFields" not in held()["sweep"]["metadata"]
+    fake.put(pod("later", workload="interruptible", node_name="std-1"))
+    fake.put(pod("later-pre", workload="interruptible", node_name="pre-1"))
+    _wait(lambda: "later-pre" in held(), what="the watched pod")
+    fake.break_watches()
+    _wait(lambda: run.value("preemptguard_observer_watch_errors_total", resource="pods") >= 1,
+          what="the broken watch")  # fmt: skip
+    fake.put(pod("after-relist", workload="interruptible", node_name="pre-1"))
+    _wait(lambda: "after-relist" in held(), what="the pod after the relist")
+    assert set(held()) == on_preemptible | {"later-pre", "after-relist"}
+
+
 def _reclaims(run: Running) -> float:
     return sum(run.value("preemptguard_reclaims_total", trigger=t) for t in ("event", "cordon"))
 

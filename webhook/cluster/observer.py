@@ -179,8 +179,6 @@ class Observer:
         now = self.clock.now()
         nodes = self.cluster.collect(path("nodes"), inventory.lean)
         self._handle(self.tracker.replace_nodes(nodes.items, now))
-        # Only the pods of preemptible nodes are tracked: the others are dropped page by page
-        # (a large cluster's pods are never all held at once).
         pods = self.cluster.collect(path("pods"), self._tracked_lean)
         self._handle(self.tracker.replace_pods(pods.items, now))
         events = self.cluster.collect(
@@ -195,6 +193,10 @@ class Observer:
         }
 
     def _tracked_lean(self, pod: Obj) -> Obj | None:
+        """A pod the tracker follows (one bound to a preemptible node), lean; None for the
+        others, dropped as they arrive in a list or a watch: a large cluster's pods are never
+        all held at once, not even when the watch is listed again. Called from the watch's
+        thread too: a lookup in the tracker's nodes, which only the loop changes."""
         facts = self.tracker.nodes.get(inventory.node_name_of(pod) or "")
         tracked = facts is not None and facts.compute_class == inventory.PREEMPTIBLE
         return inventory.lean(pod) if tracked else None
@@ -215,7 +217,7 @@ class Observer:
             changed=lambda kind, obj: self._inbox.put(("event", label, kind, obj)),
             failed=failed,
             watch_seconds=self.settings.watch_seconds,
-            trim=inventory.lean,
+            trim=self._tracked_lean if label == "pods" else inventory.lean,
         ).run(self._stop)
 
     def _apply(self, item: tuple[Any, ...]) -> None:

@@ -25,7 +25,7 @@ class Reflector:
     ``MODIFIED``, ``DELETED``) with its object; ``failed`` each failure and the seconds until
     the next try. ``version``: a list already made, to watch from (empty: list first).
     ``trim`` is applied to every object as it arrives, before it is kept or handed on (what
-    nothing reads, dropped page by page).
+    nothing reads, dropped page by page); an object it makes None of is not handed on.
     """
 
     cluster: Callable[[], Cluster]
@@ -37,7 +37,7 @@ class Reflector:
     version: str = ""
     backoff: tuple[float, float] = BACKOFF
     watch_seconds: int = WATCH_SECONDS
-    trim: Callable[[Obj], Obj] = lambda obj: obj
+    trim: Callable[[Obj], Obj | None] = lambda obj: obj
 
     def run(self, stop: threading.Event) -> None:
         """List and watch until ``stop`` is set; never raises."""
@@ -72,11 +72,13 @@ class Reflector:
             if stop.is_set():
                 return
             obj = event.get("object")
-            obj = self.trim(obj) if isinstance(obj, dict) else {}
+            obj = obj if isinstance(obj, dict) else {}
             meta = obj.get("metadata")
             version = meta.get("resourceVersion") if isinstance(meta, dict) else None
             if isinstance(version, str) and version:
                 self.version = version
             kind = event.get("type")
             if kind != "BOOKMARK" and isinstance(kind, str):
-                self.changed(kind, obj)
+                kept = self.trim(obj)
+                if kept is not None:
+                    self.changed(kind, kept)
