@@ -25,6 +25,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ GPU = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
 GPU_PODS_PER_NODE = 4
 THREADS = 16
+SAMPLE = 0.02  # seconds between readings of a measured command's peak memory
 PENDING_EVERY = 100
 
 Obj = dict[str, Any]
@@ -112,7 +114,9 @@ def pods_for(count: int, nodes: list[tuple[str, str]]) -> Iterable[Obj]:
 
 
 def concurrently(cp: ControlPlane, items: Iterable[Any], work: Callable[[Kube, Any], None]) -> int:
-    """``work`` on each item, from ``THREADS`` threads with a client each; how many."""
+    """``work`` on each item, from ``THREADS`` threads with a client each; how many. Items are
+    taken from ``items`` as threads come free (``Executor.map`` would take them all at once,
+    and this process would hold every pod it makes)."""
     local = threading.local()
     clients: list[Kube] = []
 
@@ -125,11 +129,22 @@ def concurrently(cp: ControlPlane, items: Iterable[Any], work: Callable[[Kube, A
 
     done = 0
     with ThreadPoolExecutor(THREADS) as pool:
-        for _ in pool.map(run, items, chunksize=64):
-            done += 1
+        running: set[Future[None]] = set()
+        for item in items:
+            if len(running) >= THREADS * 4:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                done += _count(finished)
+            running.add(pool.submit(run, item))
+        done += _count(wait(running).done)
     for client in clients:
         client.close()
     return done
+
+
+def _count(finished: set[Future[None]]) -> int:
+    for future in finished:
+        future.result()  # a failed create ends the run, said
+    return len(finished)
 
 
 def fill(cp: ControlPlane, nodes: int, pods: int) -> None:
@@ -171,20 +186,36 @@ class Measured:
 
 
 def measure(label: str, argv: list[str], env: dict[str, str]) -> Measured:
-    """Run ``argv``; its wall time and peak RSS (``wait4``: this child alone)."""
-    with tempfile.TemporaryFile() as out:
+    """Run ``argv``; its wall time and peak RSS.
+
+    The peak is the child's own high-water mark (``VmHWM``), read every ``SAMPLE`` seconds
+    until it exits: ``wait4``'s ``ru_maxrss`` would report this large process's peak, which
+    the child inherits from the fork before its exec."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        peak = 0.0
+        while proc.poll() is None:
+            peak = max(peak, _high_water_mib(proc.pid))
+            time.sleep(SAMPLE)
         wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        stderr = proc.stderr.read().decode() if proc.stderr else ""
         size = out.tell()
         out.seek(0)
         note = _summary(label, out.read())
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
     for line in stderr.splitlines()[-3:]:
         print(f"  {label} stderr: {line}")
-    return Measured(label, wall, usage.ru_maxrss / 1024, proc.returncode, size, note)
+    return Measured(label, wall, peak, proc.returncode, size, note)
+
+
+def _high_water_mib(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # gone since the poll
+        return 0.0
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+    return int(found.group(1)) / 1024 if found else 0.0
 
 
 def _summary(label: str, output: bytes) -> str:
