@@ -9,6 +9,7 @@ import os
 import signal
 import ssl
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -264,38 +265,39 @@ def test_new_connections_get_the_new_certificate(
 ) -> None:
     server, tls, _ = mounted_server
     old_ca = server.ca
-    kept = Client(server.port, old_ca)
-    assert kept.get("/healthz").status == 200
-    second = certs.issue(list(certs.LOCAL_HOSTS))
-    new_ca = tmp_path / "second-ca.crt"
-    new_ca.write_bytes(second.ca_cert)
-    mount(tls, tls_files(second), "2")
+    with closing(Client(server.port, old_ca)) as kept:
+        assert kept.get("/healthz").status == 200
+        second = certs.issue(list(certs.LOCAL_HOSTS))
+        new_ca = tmp_path / "second-ca.crt"
+        new_ca.write_bytes(second.ca_cert)
+        mount(tls, tls_files(second), "2")
 
-    def new_certificate_served() -> bool:
-        client = Client(server.port, new_ca, timeout=2)
-        try:
-            return client.get("/healthz").status == 200
-        except ssl.SSLCertVerificationError:
-            return False
-        finally:
-            client.close()
+        def new_certificate_served() -> bool:
+            client = Client(server.port, new_ca, timeout=2)
+            try:
+                return client.get("/healthz").status == 200
+            except ssl.SSLCertVerificationError:
+                return False
+            finally:
+                client.close()
 
-    # Checked once at start and once after the change; the workers are then replaced, new
-    # ones first: until the old ones have stopped, a new connection may still reach one.
-    wait_for(lambda: server.metric("preemptguard_certificate_reloads_total") == 2)
-    wait_for(new_certificate_served, timeout=30)
-    for n in range(1, WORKERS + 1):
-        wait_for(lambda n=n: server.log_events(f"Stopped old worker-{n}"), timeout=30)
-    for _ in range(2 * WORKERS):  # whichever worker takes it
-        stale = Client(server.port, old_ca, timeout=2)
-        try:
-            with pytest.raises(ssl.SSLCertVerificationError):
-                stale.get("/healthz")
-        finally:
-            stale.close()
-    # A connection opened before the swap was closed with its worker: the API server's pool
-    # dials a new one, which gets the new certificate.
-    kept.close()
+        # Checked once at start and once after the change; the workers are then replaced, new
+        # ones first: until the old ones have stopped, a new connection may still reach one.
+        wait_for(lambda: server.metric("preemptguard_certificate_reloads_total") == 2)
+        wait_for(new_certificate_served, timeout=30)
+        for n in range(1, WORKERS + 1):
+            wait_for(lambda n=n: server.log_events(f"Stopped old worker-{n}"), timeout=30)
+        for _ in range(2 * WORKERS):  # whichever worker takes it
+            stale = Client(server.port, old_ca, timeout=2)
+            try:
+                with pytest.raises(ssl.SSLCertVerificationError):
+                    stale.get("/healthz")
+            finally:
+                stale.close()
+        # A connection opened before the swap was closed with its worker: the API server's pool
+        # dials a new one, which gets the new certificate.
+        with pytest.raises((ConnectionError, ssl.SSLError)):
+            kept.get("/healthz")
     expiry = certs.not_after(second.cert).timestamp()
     assert server.metric("preemptguard_certificate_expiry_timestamp_seconds") == expiry
     assert server.log_events("certificate_reloaded")

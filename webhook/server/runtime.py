@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -214,8 +215,13 @@ class _Respawning:
     def check(self) -> bool:
         if not self.certs.check():
             return False
-        # granian's reload: new workers first, then the old ones stopped gracefully.
-        os.kill(os.getpid(), signal.SIGHUP)
+        # granian's reload: new workers first, then the old ones stopped gracefully. Sent to
+        # the main thread itself: a signal sent to the process may be taken by another thread
+        # (while the main thread blocks it, spawning a worker), and the main thread, asleep
+        # waiting for work, would not run the handler until some other signal woke it.
+        main = threading.main_thread().ident
+        if main is not None:  # always, once started
+            signal.pthread_kill(main, signal.SIGHUP)
         return True
 
 
