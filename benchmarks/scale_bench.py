@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import os
 import re
@@ -100,17 +101,21 @@ def pods_for(count: int, nodes: list[tuple[str, str]]) -> Iterable[Obj]:
         meta = obj["metadata"]
         meta.pop("generateName", None)
         meta["name"], meta["namespace"] = f"p-{i:06d}", f"team-{i % NAMESPACES}"
-        gpus = 1 if pending else 2 if i % per_node < GPU_PODS_PER_NODE else 0
-        resources = obj["spec"]["containers"][0].setdefault("resources", {})
-        for part in ("requests", "limits"):
-            resources.setdefault(part, {}).pop(GPU, None)
-            if gpus:
-                resources[part][GPU] = str(gpus)
+        asks(obj, 1 if pending else 2 if i % per_node < GPU_PODS_PER_NODE else 0)
         if pending:
             obj["spec"]["schedulerName"] = "nobody"  # stays unbound
         else:
             obj["spec"]["nodeName"] = name
         yield obj
+
+
+def asks(obj: Obj, gpus: int) -> None:
+    """``obj``'s container asks ``gpus`` GPUs (none: no GPU request or limit)."""
+    resources = obj["spec"]["containers"][0].setdefault("resources", {})
+    for part in ("requests", "limits"):
+        resources.setdefault(part, {}).pop(GPU, None)
+        if gpus:
+            resources[part][GPU] = str(gpus)
 
 
 def concurrently(cp: ControlPlane, items: Iterable[Any], work: Callable[[Kube, Any], None]) -> int:
@@ -256,14 +261,19 @@ def doomed(pods: int, nodes: list[tuple[str, str]]) -> deque[tuple[str, str]]:
     )
 
 
-def churn_pod_maker() -> Callable[[str, str, str], Obj]:
+def churn_pod_maker(per_node: int) -> Callable[[str, str, str], Obj]:
+    """New pods shaped as the filled ones they replace: of every ``per_node``, the first
+    ``GPU_PODS_PER_NODE`` ask 2 GPUs, the others none (a churn of larger pods would grow what
+    the observer holds as it replaces the filled ones, an hour long at 37,500 pods)."""
     shape = templates()["interruptible"]
+    made_so_far = itertools.count()
 
     def made(name: str, namespace: str, node: str) -> Obj:
         obj = copy.deepcopy(shape)
         obj["metadata"].pop("generateName", None)
         obj["metadata"]["name"], obj["metadata"]["namespace"] = name, namespace
         obj["spec"]["nodeName"] = node
+        asks(obj, 2 if next(made_so_far) % per_node < GPU_PODS_PER_NODE else 0)
         return obj
 
     return made
@@ -295,7 +305,7 @@ def run(
         churn = observer_churn.Churn(
             cp=cp,
             preemptible=[n for n, c in names if c == cluster.PREEMPTIBLE],
-            make_pod=churn_pod_maker(),
+            make_pod=churn_pod_maker(max(pods // nodes, 1)),
             namespaces=NAMESPACES,
             doomed=doomed(pods, names),
         )
