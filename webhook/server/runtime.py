@@ -216,9 +216,9 @@ class _Respawning:
         if not self.certs.check():
             return False
         # granian's reload: new workers first, then the old ones stopped gracefully. Sent to
-        # the main thread itself: a signal sent to the process may be taken by another thread
-        # (while the main thread blocks it, spawning a worker), and the main thread, asleep
-        # waiting for work, would not run the handler until some other signal woke it.
+        # the main thread itself: a signal sent to the process may be taken by another thread,
+        # and the main thread, asleep on granian's wait, would not run the handler until some
+        # other signal woke it.
         main = threading.main_thread().ident
         if main is not None:  # always, once started
             signal.pthread_kill(main, signal.SIGHUP)
