@@ -8,6 +8,11 @@ Reading is bounded: a body that is declared too large is refused before a byte o
 and one that has not arrived by its deadline (the API server sends a review whole, at once) is
 answered 408 and its connection closed. The server closes connections whose headers do not
 arrive in time and those left idle; this module does the rest.
+
+A worker that stops answers what it has in hand first (``InFlight``): the server stops its
+event loop when asked to stop, and a call still running then would never finish, nor would
+the Flask thread that sends its last chunk through that loop (the process would wait for it
+at exit until killed).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from webhook.admission.core import Hook
+from webhook.server.logs import get_logger
 from webhook.server.reviewer import Head, Reply, Reviewer, Unread
 
 Scope = MutableMapping[str, Any]
@@ -28,6 +34,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = get_logger("webhook.server.transport")
 
 ROUTES = {"/mutate": Hook.MUTATE, "/validate": Hook.VALIDATE}
 
@@ -70,6 +78,36 @@ class LoopLag:
             self._report(self.seconds)
 
 
+class InFlight:
+    """The HTTP calls under way, and a wait until none is."""
+
+    # The longest a stopping worker waits for them: more than a probe or a review takes.
+    DRAIN_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def run(self, call: Awaitable[None]) -> None:
+        self.calls += 1
+        self._idle.clear()
+        try:
+            await call
+        finally:
+            self.calls -= 1
+            if not self.calls:
+                self._idle.set()
+
+    async def drained(self, timeout: float = DRAIN_SECONDS) -> bool:
+        """Whether every call finished within ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
 class Transport:
     """The ASGI app: hooks to ``reviewer``, everything else to ``fallback``."""
 
@@ -84,18 +122,22 @@ class Transport:
         self.reviewer, self.fallback, self.lifespan = reviewer, fallback, lifespan
         self.lag = lag or LoopLag()
         self.intake = intake or Intake()
+        self.in_flight = InFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            hook = ROUTES.get(scope["path"])
-            if hook is None:
-                await self.fallback(scope, receive, send)
-            elif scope["method"] != "POST":
-                await _send(send, _METHOD_NOT_ALLOWED)
-            else:
-                await self._review(hook, scope, receive, send)
+            await self.in_flight.run(self._http(scope, receive, send))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hook = ROUTES.get(scope["path"])
+        if hook is None:
+            await self.fallback(scope, receive, send)
+        elif scope["method"] != "POST":
+            await _send(send, _METHOD_NOT_ALLOWED)
+        else:
+            await self._review(hook, scope, receive, send)
 
     async def _review(self, hook: Hook, scope: Scope, receive: Receive, send: Send) -> None:
         head = _head(hook, scope, time.monotonic() - self.lag.seconds)
@@ -123,6 +165,8 @@ class Transport:
                     self.lifespan.started()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if not await self.in_flight.drained():
+                    log.warning("stopping_with_calls_in_flight", calls=self.in_flight.calls)
                 if self.lifespan is not None:
                     self.lifespan.stopping()
                 await send({"type": "lifespan.shutdown.complete"})
