@@ -12,6 +12,11 @@ connection that sends nothing would be kept for good. With HTTP/1.1, a connectio
 headers must arrive within ``idle_timeout`` of its opening or of its last answer, or it is
 closed; a handshake not done within 10 s is dropped (rustls' listener); a body not in by the
 review's deadline is answered 408 by the transport.
+
+Each worker listens on a socket of its own (``SO_REUSEPORT``). When a worker stops (a new
+certificate respawns them all, new before old), the connections the kernel queued on its socket
+are reset, unless ``net.ipv4.tcp_migrate_req`` is 1, which moves them to another worker's
+socket: the server warns at start when it is not.
 """
 
 from __future__ import annotations
@@ -32,8 +37,12 @@ from granian.http import HTTP1Settings
 from granian.log import LogLevels
 
 from webhook.server.gate import MEDIUM_BODY_BYTES
-from webhook.server.logs import stdlib_config
+from webhook.server.logs import get_logger, stdlib_config
 from webhook.server.transport import ASGIApp
+
+log = get_logger("webhook.server.serving")
+
+MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +120,16 @@ def run(
     after a graceful stop. ``app_loader`` is called in the worker process, and must pickle
     (a worker may be spawned rather than forked). Raises ``PortInUse``."""
     _check_port_free(settings.host, settings.port)
+    reset = respawn_resets_connections(MIGRATE_REQ)
+    if reset is not None:
+        log.warning(
+            "respawn_resets_queued_connections",
+            sysctl=f"net.ipv4.tcp_migrate_req={reset}",
+            effect="when a new certificate respawns the workers, connections queued on a "
+            "stopping worker are reset (those reviews fail open)",
+            fix="set net.ipv4.tcp_migrate_req=1 in the pod's network namespace "
+            "(docs/operations.md#certificates)",
+        )
     server = Granian(
         "preemptguard",  # a name only: the loader below makes the app
         address=settings.host,
@@ -136,6 +155,17 @@ def run(
     server.on_startup(callbacks.ready)
     server.on_shutdown(callbacks.stopped)
     server.serve(target_loader=partial(_load, app_loader))
+
+
+def respawn_resets_connections(sysctl: Path) -> str | None:
+    """The value of ``sysctl`` (``net.ipv4.tcp_migrate_req``) when it leaves the connections
+    queued on a stopping worker to be reset; ``None`` when they move to another worker, or
+    the kernel (before 5.14, or not Linux) has no such setting."""
+    try:
+        value = sysctl.read_text().strip()
+    except OSError:
+        return None
+    return None if value == "1" else value
 
 
 def _load(app_loader: Callable[[], ASGIApp], _target: str) -> Any:
