@@ -46,11 +46,21 @@ SEED = 20261205
 Obj = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """The observer at one moment: its resident memory and the pods it holds."""
+
+    minutes: float
+    rss_mib: float
+    on_node: float  # pods of preemptible nodes
+    deleted: float  # deleted pods kept for a reclaim learnt of late
+
+
 @dataclass
 class Churned:
     """What the churn did, and what the observer made of it."""
 
-    samples: list[tuple[float, float]] = field(default_factory=list)  # (minutes, RSS MiB)
+    samples: list[Sample] = field(default_factory=list)
     peak_mib: float = 0.0
     created: int = 0
     deleted: int = 0
@@ -141,13 +151,13 @@ def run(churn: Churn, minutes: float, env: dict[str, str]) -> Churned:
         for w in workers:
             w.start()
         while time.monotonic() < deadline and proc.poll() is None:
-            churn.done.samples.append(((time.monotonic() - started) / 60, _rss_mib(proc.pid)))
+            churn.done.samples.append(_sample(proc.pid, port, started))
             time.sleep(SAMPLE_EVERY)
         stop.set()
         for w in workers:
             w.join()
         time.sleep(GRACE * 2)  # the last reclaim's pods reported
-        churn.done.samples.append(((time.monotonic() - started) / 60, _rss_mib(proc.pid)))
+        churn.done.samples.append(_sample(proc.pid, port, started))
         churn.done.peak_mib = _peak_mib(proc.pid)
         churn.done.counts = _counters(port)
     finally:
@@ -198,9 +208,25 @@ def _peak_mib(pid: int) -> float:
     return _status_kib(pid, "VmHWM") / 1024
 
 
+def _sample(pid: int, port: int, started: float) -> Sample:
+    held = {"on-node": 0.0, "deleted": 0.0}
+    for line in _metrics(port).splitlines():
+        if line.startswith("preemptguard_observer_pods_held{"):
+            held[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    minutes = (time.monotonic() - started) / 60
+    return Sample(minutes, _rss_mib(pid), held["on-node"], held["deleted"])
+
+
+def _metrics(port: int) -> str:
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
 def _counters(port: int) -> dict[str, float]:
     """The observer's counters of reclaims, displaced pods and pods marked, summed by name."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = _metrics(port)
     counts: dict[str, float] = {}
     for line in text.splitlines():
         name = line.split("{")[0].split(" ")[0]

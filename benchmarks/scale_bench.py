@@ -314,14 +314,17 @@ def run(
 
 
 def churn_table(done: observer_churn.Churned, minutes: float) -> str:
-    """The observer's RSS at its start and every tenth of the run, then what the churn did."""
+    """The observer's RSS and the pods it holds at its start and every tenth of the run, then
+    what the churn did."""
     marks = [minutes * k / 10 for k in range(11)]
-    picked = [min(done.samples, key=lambda s: abs(s[0] - m)) for m in marks]
+    picked = [min(done.samples, key=lambda s: abs(s.minutes - m)) for m in marks]
     lines = [
-        "| minute | " + " | ".join(f"{m:.0f}" for m, _ in picked) + " | peak |",
+        "| minute | " + " | ".join(f"{s.minutes:.0f}" for s in picked) + " | peak |",
         "|---" * (len(picked) + 2) + "|",
-        "| observer RSS (MiB) | " + " | ".join(f"{r:,.0f}" for _, r in picked)
+        "| observer RSS (MiB) | " + " | ".join(f"{s.rss_mib:,.0f}" for s in picked)
         + f" | {done.peak_mib:,.0f} |",
+        "| pods held, on nodes | " + " | ".join(f"{s.on_node:,.0f}" for s in picked) + " | |",
+        "| pods held, deleted | " + " | ".join(f"{s.deleted:,.0f}" for s in picked) + " | |",
     ]  # fmt: skip
     c = done.counts
     lines += [

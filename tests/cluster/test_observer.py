@@ -364,6 +364,9 @@ def test_only_the_pods_of_preemptible_nodes_are_held_and_lean_after_lists_and_wa
     on_preemptible = {"sweep", "web-7d9-x", "eval", "stuck"}  # not agent-x: a DaemonSet's
     assert set(held()) == on_preemptible
     assert "managedFields" not in held()["sweep"]["metadata"]
+    _wait(lambda: run.value("preemptguard_observer_pods_held", held="on-node") == 4,
+          what="the pods held counted")  # fmt: skip
+    assert run.value("preemptguard_observer_pods_held", held="deleted") == 0
     fake.put(pod("later", workload="interruptible", node_name="std-1"))
     fake.put(pod("later-pre", workload="interruptible", node_name="pre-1"))
     _wait(lambda: "later-pre" in held(), what="the watched pod")
@@ -373,6 +376,11 @@ def test_only_the_pods_of_preemptible_nodes_are_held_and_lean_after_lists_and_wa
     fake.put(pod("after-relist", workload="interruptible", node_name="pre-1"))
     _wait(lambda: "after-relist" in held(), what="the pod after the relist")
     assert set(held()) == on_preemptible | {"later-pre", "after-relist"}
+    # A pod deleted with no reclaim of its node is held a while longer, and counted apart.
+    fake.remove("Pod", "later-pre", "team")
+    _wait(lambda: run.value("preemptguard_observer_pods_held", held="deleted") == 1,
+          what="the deleted pod counted")  # fmt: skip
+    assert run.value("preemptguard_observer_pods_held", held="on-node") == 5
 
 
 def _reclaims(run: Running) -> float:

@@ -63,6 +63,13 @@ class ObserverMetrics(RegistryMetrics):
             "1 while this replica holds the observer's Lease and acts on reclaims.",
             registry=reg,
         )
+        self.pods_held = Gauge(
+            "preemptguard_observer_pods_held",
+            "Pods the observer holds in memory: those of preemptible nodes (on-node), and "
+            "those deleted in the last 600 s that no reclaim has claimed yet (deleted).",
+            ["held"],
+            registry=reg,
+        )
         self.watch_errors = Counter(
             "preemptguard_observer_watch_errors",
             "Failed lists or broken watches, by resource (each followed by a relist).",

@@ -163,6 +163,8 @@ class Observer:
             except queue.Empty:
                 item = None
         self._handle(self.tracker.tick(self.clock.now()))
+        self.metrics.pods_held.labels(held="on-node").set(len(self.tracker.pods))
+        self.metrics.pods_held.labels(held="deleted").set(len(self.tracker.gone))
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
