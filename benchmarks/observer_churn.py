@@ -10,13 +10,16 @@ Event written; ``GRACE`` seconds later its pods deleted and the node deleted and
 as a new machine of the same name), and as many pods as it held created on other nodes. The
 observer marks, counts and reports every reclaim as on a real cluster.
 
+Several observers may run side by side, each with environment variables of its own (an
+allocator setting, say): they see the same churn, and each acts as if alone, so their writes
+race (a reclaim's Event is written by whichever comes first) and what each counts is its share.
+
 Used by ``scale_bench.py --observe-minutes N``; prints its samples and the observer's counts.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import re
 import signal
@@ -44,6 +47,7 @@ SAMPLE_EVERY = 10.0
 SEED = 20261205
 
 Obj = dict[str, Any]
+Running = tuple["subprocess.Popen[bytes]", int, Path]  # an observer, its metrics port, its log
 
 
 @dataclass(frozen=True)
@@ -57,16 +61,23 @@ class Sample:
 
 
 @dataclass
-class Churned:
-    """What the churn did, and what the observer made of it."""
+class Observed:
+    """One observer's memory over the churn and what it counted."""
 
     samples: list[Sample] = field(default_factory=list)
     peak_mib: float = 0.0
+    counts: dict[str, float] = field(default_factory=dict)  # its own counters
+
+
+@dataclass
+class Churned:
+    """What the churn did, and what each observer (by variant) made of it."""
+
+    observed: dict[str, Observed] = field(default_factory=dict)
     created: int = 0
     deleted: int = 0
     reclaims: int = 0
     errors: int = 0
-    counts: dict[str, float] = field(default_factory=dict)  # the observer's own counters
 
 
 @dataclass
@@ -130,44 +141,69 @@ class Churn:
         return True
 
 
-def run(churn: Churn, minutes: float, env: dict[str, str]) -> Churned:
-    """Start the observer, churn for ``minutes`` while sampling its memory, then stop it."""
+def run(
+    churn: Churn, minutes: float, env: dict[str, str], variants: dict[str, dict[str, str]]
+) -> Churned:
+    """Start one observer per variant (its label: what it adds to ``env``), churn for
+    ``minutes`` while sampling their memory, then stop them. Side by side, the variants see the
+    same churn: how an allocator setting changes the memory is read without a second cluster."""
+    running: dict[str, Running] = {}
+    try:
+        for label, extra in variants.items():
+            running[label] = _start({**env, **extra})
+        for proc, _, log in running.values():
+            _wait_for(log, "observer_started", proc, timeout=600)
+        _churn_while_sampling(churn, minutes, running)
+    finally:
+        for proc, _, log in running.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+            log.unlink()
+    for label, (proc, _, _) in running.items():
+        if proc.returncode not in (0, -signal.SIGTERM):
+            raise RuntimeError(f"the observer {label!r} exited with {proc.returncode}")
+    return churn.done
+
+
+def _start(env: dict[str, str]) -> Running:
     port = _free_port()
     log = tempfile.NamedTemporaryFile(prefix="observer-", suffix=".log", delete=False)  # noqa: SIM115
     argv = [sys.executable, "-m", "webhook", "observe", "--no-leader-election",
             "--metrics-port", str(port), "--metrics-host", "127.0.0.1"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        _wait_for(Path(log.name), "observer_started", proc, timeout=600)
-        started = time.monotonic()
-        deadline = started + minutes * 60
-        stop = threading.Event()
-        workers = [
-            threading.Thread(target=_every, args=(1.0, churn.cp, stop, deadline,
-                                                  lambda k: churn.replace_some(k, PER_TICK))),
-            threading.Thread(target=_every, args=(RECLAIM_EVERY, churn.cp, stop, deadline,
-                                                  churn.reclaim)),
-        ]  # fmt: skip
-        for w in workers:
-            w.start()
-        while time.monotonic() < deadline and proc.poll() is None:
-            churn.done.samples.append(_sample(proc.pid, port, started))
-            time.sleep(SAMPLE_EVERY)
-        stop.set()
-        for w in workers:
-            w.join()
-        time.sleep(GRACE * 2)  # the last reclaim's pods reported
-        churn.done.samples.append(_sample(proc.pid, port, started))
-        churn.done.peak_mib = _peak_mib(proc.pid)
-        churn.done.counts = _counters(port)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-        os.unlink(log.name)
-    if proc.returncode not in (0, -signal.SIGTERM):
-        raise RuntimeError(f"the observer exited with {proc.returncode}")
-    return churn.done
+    return proc, port, Path(log.name)
+
+
+def _churn_while_sampling(churn: Churn, minutes: float, running: dict[str, Running]) -> None:
+    started = time.monotonic()
+    deadline = started + minutes * 60
+    stop = threading.Event()
+    workers = [
+        threading.Thread(target=_every, args=(1.0, churn.cp, stop, deadline,
+                                              lambda k: churn.replace_some(k, PER_TICK))),
+        threading.Thread(target=_every, args=(RECLAIM_EVERY, churn.cp, stop, deadline,
+                                              churn.reclaim)),
+    ]  # fmt: skip
+    observed = {label: churn.done.observed.setdefault(label, Observed()) for label in running}
+
+    def sample() -> None:
+        for label, (proc, port, _) in running.items():
+            observed[label].samples.append(_sample(proc.pid, port, started))
+
+    for w in workers:
+        w.start()
+    while time.monotonic() < deadline and all(p.poll() is None for p, _, _ in running.values()):
+        sample()
+        time.sleep(SAMPLE_EVERY)
+    stop.set()
+    for w in workers:
+        w.join()
+    time.sleep(GRACE * 2)  # the last reclaim's pods reported
+    sample()
+    for label, (proc, port, _) in running.items():
+        observed[label].peak_mib = _peak_mib(proc.pid)
+        observed[label].counts = _counters(port)
 
 
 def _every(

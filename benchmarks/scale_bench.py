@@ -13,9 +13,12 @@ The yardstick is the same release's kubectl: ``hack/kubectl.sh`` finds it in the
 ``KUBECTL``) or builds it once from the Go module proxy; ``--kubectl PATH`` gives another.
 
 ``--observe-minutes N`` then runs ``preemptguard observe`` for N minutes of churn on the same
-cluster and samples its memory (``observer_churn``).
+cluster and samples its memory (``observer_churn``). Each ``--variant LABEL:NAME=VALUE,...``
+runs one more observer beside it, with those environment variables (an allocator setting such
+as ``MALLOC_ARENA_MAX=2`` or ``PYTHONMALLOC=malloc``), under the same churn.
 
 Run: python benchmarks/scale_bench.py [--nodes 5000] [--pods 150000] [--observe-minutes 60]
+     [--variant LABEL:NAME=VALUE,...]...
 Prints tables; asserts nothing about time.
 """
 
@@ -62,6 +65,7 @@ GPU_PODS_PER_NODE = 4
 THREADS = 16
 SAMPLE = 0.02  # seconds between readings of a measured command's peak memory
 PENDING_EVERY = 100
+AS_SHIPPED = "as shipped"  # the observer run without a variant's environment
 
 Obj = dict[str, Any]
 
@@ -280,7 +284,11 @@ def churn_pod_maker(per_node: int) -> Callable[[str, str, str], Obj]:
 
 
 def run(
-    nodes: int, pods: int, kubectl: str | None, observe_minutes: float
+    nodes: int,
+    pods: int,
+    kubectl: str | None,
+    observe_minutes: float,
+    variants: dict[str, dict[str, str]],
 ) -> tuple[list[Measured], observer_churn.Churned | None]:
     with running_control_plane(MAIN) as cp:
         print(f"Kubernetes {MAIN.version}", flush=True)
@@ -310,34 +318,51 @@ def run(
             doomed=doomed(pods, names),
         )
         print(f"observer: {observe_minutes:g} minutes of churn", flush=True)
-        return rows, observer_churn.run(churn, observe_minutes, env)
+        return rows, observer_churn.run(churn, observe_minutes, env, variants)
 
 
 def churn_table(done: observer_churn.Churned, minutes: float) -> str:
-    """The observer's RSS and the pods it holds at its start and every tenth of the run, then
-    what the churn did."""
-    marks = [minutes * k / 10 for k in range(11)]
-    picked = [min(done.samples, key=lambda s: abs(s.minutes - m)) for m in marks]
+    """What the churn did, then each observer's RSS and the pods it holds at its start and
+    every tenth of the run, and what it counted."""
     lines = [
+        f"churn: {done.created:,} pods created, {done.deleted:,} deleted, {done.reclaims} "
+        f"reclaims ({done.errors} calls refused)",
+    ]
+    for label, observed in done.observed.items():
+        lines += ["", f"observer {label}:" if label != AS_SHIPPED else "observer:", ""]
+        lines += _observed_table(observed, minutes)
+    return "\n".join(lines)
+
+
+def _observed_table(observed: observer_churn.Observed, minutes: float) -> list[str]:
+    marks = [minutes * k / 10 for k in range(11)]
+    picked = [min(observed.samples, key=lambda s: abs(s.minutes - m)) for m in marks]
+    c = observed.counts
+    return [
         "| minute | " + " | ".join(f"{s.minutes:.0f}" for s in picked) + " | peak |",
         "|---" * (len(picked) + 2) + "|",
         "| observer RSS (MiB) | " + " | ".join(f"{s.rss_mib:,.0f}" for s in picked)
-        + f" | {done.peak_mib:,.0f} |",
+        + f" | {observed.peak_mib:,.0f} |",
         "| pods held, on nodes | " + " | ".join(f"{s.on_node:,.0f}" for s in picked) + " | |",
         "| pods held, deleted | " + " | ".join(f"{s.deleted:,.0f}" for s in picked) + " | |",
-    ]  # fmt: skip
-    c = done.counts
-    lines += [
         "",
-        f"churn: {done.created:,} pods created, {done.deleted:,} deleted, {done.reclaims} "
-        f"reclaims ({done.errors} calls refused); the observer counted "
-        f"{c.get('preemptguard_reclaims_total', 0):,.0f} reclaims, "
+        f"counted {c.get('preemptguard_reclaims_total', 0):,.0f} reclaims, "
         f"{c.get('preemptguard_displaced_pods_total', 0):,.0f} displaced pods, "
         f"{c.get('preemptguard_reclaim_pods_marked_total', 0):,.0f} pods marked, "
         f"{c.get('preemptguard_observer_write_failures_total', 0):,.0f} writes failed, "
         f"{c.get('preemptguard_observer_watch_errors_total', 0):,.0f} watch errors",
-    ]
-    return "\n".join(lines)
+    ]  # fmt: skip
+
+
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    """``LABEL:NAME=VALUE,...`` as (label, environment)."""
+    label, _, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not label or label == AS_SHIPPED or not env:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give LABEL:NAME=VALUE[,NAME=VALUE...], e.g. arena2:MALLOC_ARENA_MAX=2"
+        )
+    return label, env
 
 
 def table(rows: list[Measured], nodes: int, pods: int) -> str:
@@ -363,10 +388,22 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--kubectl", default=None, help="a kubectl binary to run beside")
-    parser.add_argument("--observe-minutes", type=float, default=0,
-                        help="then the observer under churn for this long (0: not)")  # fmt: skip
-    args = parser.parse_args()
-    rows, churned = run(args.nodes, args.pods, args.kubectl, args.observe_minutes)
+    parser.add_argument(
+        "--observe-minutes",
+        type=float,
+        default=0,
+        help="then the observer under churn for this long (0: not)",
+    )
+    parser.add_argument(
+        "--variant",
+        type=variant,
+        action="append",
+        default=[],
+        help="one more observer beside it, LABEL:NAME=VALUE,... in its env",
+    )
+    args = parser.parse_args()  # fmt: skip
+    variants = {AS_SHIPPED: {}, **dict(args.variant)}
+    rows, churned = run(args.nodes, args.pods, args.kubectl, args.observe_minutes, variants)
     print()
     print(table(rows, args.nodes, args.pods))
     if churned is not None:
