@@ -357,8 +357,9 @@ def _observed_table(observed: observer_churn.Observed, minutes: float) -> list[s
 def variant(text: str) -> tuple[str, dict[str, str]]:
     """``LABEL:NAME=VALUE,...`` as (label, environment)."""
     label, _, assignments = text.partition(":")
-    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
-    if not label or label == AS_SHIPPED or not env:
+    pairs = [a.split("=", 1) for a in assignments.split(",")]
+    env = {name: value for name, value in (p for p in pairs if len(p) == 2) if name}
+    if not label or label == AS_SHIPPED or not env or len(env) != len(pairs):
         raise argparse.ArgumentTypeError(
             f"{text!r}: give LABEL:NAME=VALUE[,NAME=VALUE...], e.g. arena2:MALLOC_ARENA_MAX=2"
         )
