@@ -252,21 +252,35 @@ def test_a_pod_gone_before_the_reclaim_was_known_still_counts(tracker: Tracker) 
     assert (gone.outcome, gone.seconds) == (Outcome.EXITED_IN_TIME, _approx(4.0))
 
 
-def test_a_pod_gone_before_a_cordon_revealed_the_reclaim_still_counts(tracker: Tracker) -> None:
-    job = _pod("job", 30, workload="interruptible")
-    other = _pod("other", 30, workload="interruptible")
+def test_deletions_seen_just_before_the_cordon_are_the_reclaim_it_reveals(
+    tracker: Tracker,
+) -> None:
+    """The provider cordons, then deletes; the pods' watch may deliver the deletions first."""
+    job, gone = _pod("job", 30, workload="interruptible"), _pod("gone", 0, workload="flexible")
     tracker.node("ADDED", _node(), T0 - 10)
     tracker.pod("ADDED", job, T0 - 10)
-    tracker.pod("ADDED", other, T0 - 10)
-    assert tracker.pod("DELETED", job, T0 + 2) == []  # its deletion was never seen
-    tracker.node("MODIFIED", _node(cordoned=True), T0 + 2)
-    actions = tracker.pod("MODIFIED", _deleting(other, T0 + 2), T0 + 2)
-    assert _marked(actions) == ["other"]  # the gone one is past marking
-    seen, gone = _reported(actions)
+    tracker.pod("ADDED", gone, T0 - 10)
+    assert tracker.pod("DELETED", gone, T0 + 0.5) == []  # its deletion was never seen
+    assert tracker.pod("MODIFIED", _deleting(job, T0 + 1), T0 + 1) == []
+    actions = tracker.node("MODIFIED", _node(cordoned=True), T0 + 1.5)
+    assert _marked(actions) == ["job"]
+    seen, record = _reported(actions)
     assert isinstance(seen, ReclaimSeen)
-    assert seen.reclaim.trigger is Trigger.CORDON
-    assert isinstance(gone, Record)
-    assert (gone.pod.name, gone.outcome) == ("job", Outcome.EXITED_IN_TIME)
+    assert isinstance(record, Record)
+    assert (seen.reclaim.trigger, seen.reclaim.key, seen.reclaim.started) == (
+        Trigger.CORDON, "uid-pre-1", T0 + 0.5)  # fmt: skip
+    assert (record.pod.name, record.outcome) == ("gone", Outcome.EXITED_IN_TIME)
+    (done,) = _records(tracker.pod("DELETED", job, T0 + 11))
+    assert (done.outcome, done.seconds) == (Outcome.EXITED_IN_TIME, _approx(10.0))
+
+
+def test_a_cordon_long_after_a_deletion_is_no_reclaim(tracker: Tracker) -> None:
+    job = _pod("job", 30, workload="interruptible")
+    tracker.node("ADDED", _node(), T0 - 10)
+    tracker.pod("ADDED", job, T0 - 10)
+    assert tracker.pod("MODIFIED", _deleting(job, T0), T0) == []
+    assert tracker.node("MODIFIED", _node(cordoned=True), T0 + 4) == []
+    assert not tracker.reclaims
 
 
 # --- whose Event is trusted, and how far -------------------------------------------------------

@@ -2,7 +2,8 @@
 the watches deliver and the time they arrive.
 
 A **reclaim** of a preemptible node starts with the provider's ``TogetherPreempted`` Event on
-the cordoned Node, or, without one, when the node is cordoned and a pod on it is being deleted.
+the cordoned Node, or, without one, when the node is cordoned and a pod on it is being deleted
+(or was seen going just before the cordon: ``CORDON_LAG_SECONDS``).
 Only an Event written where events about Nodes are recorded (``default``) about the Node itself
 (``v1``, no namespace, the node's current uid) is trusted: anyone may write Events in their own
 namespace, and an Event's times are the writer's to choose, so its time is kept within the
@@ -55,6 +56,9 @@ CORDON_WAIT_SECONDS = 60.0
 # Event times are whole seconds, and a cordon is seen a moment after it happens: an Event may
 # say it came this much before the cordon was seen.
 CORDON_SLACK = 2.0
+# The provider cordons a node, then deletes its pods; the watches of pods and of nodes may
+# deliver the deletions first (each watch has a thread of its own), by a moment.
+CORDON_LAG_SECONDS = 3.0
 # How long an ignored Event's uid is remembered, so that it is reported once (the API server
 # keeps Events an hour by default).
 IGNORED_MEMORY_SECONDS = 3600.0
@@ -258,9 +262,27 @@ class Tracker:
                 self.cordoned[facts.name] = now
             else:
                 self.cordoned.pop(facts.name, None)
+            if facts.name not in self.preempted:
+                return self._open_by_earlier_deletions(facts, now)
         if facts.unschedulable and facts.name in self.preempted:
             return self._open_by_event(facts.name, now)
         return []
+
+    def _open_by_earlier_deletions(self, facts: NodeFacts, now: float) -> list[Action]:
+        """The cordon of a node whose pods were seen going just before it: the deletions'
+        watch delivered first what the provider did after the cordon."""
+        if facts.name in self.reclaims:
+            return []
+        recent = now - CORDON_LAG_SECONDS
+        since = [v.deleting_since for v in self.pods.values()
+                 if v.node == facts.name and v.deleting_since is not None
+                 and v.deleting_since >= recent]  # fmt: skip
+        since += [at for v, at in self.gone.values() if v.node == facts.name and at >= recent]
+        if not since:
+            return []
+        reclaim = Reclaim(node=facts.name, key=facts.uid or facts.name,
+                          trigger=Trigger.CORDON, started=min(since))  # fmt: skip
+        return self._open(reclaim, now)
 
     def replace_nodes(self, objs: Iterable[Obj], now: float) -> list[Action]:
         """A fresh list of every node: those missing from it are gone."""
