@@ -31,8 +31,9 @@ def test_the_condition_is_added_beside_the_others_and_written_again_stays_one(
     fake.modify("Pod", "job-x", "team", status={"conditions": [READY]})
     cluster = connect()
     message = disruption.reclaim_message("pre-1", 300)
-    disruption.mark(cluster, stored, message, T0)
-    disruption.mark(cluster, stored, message, T0 + 5)
+    uid = stored["metadata"]["uid"]
+    disruption.mark(cluster, "team", "job-x", uid, message, T0)
+    disruption.mark(cluster, "team", "job-x", uid, message, T0 + 5)
     conditions = _stored(fake)["status"]["conditions"]
     assert conditions == [
         READY,
@@ -57,7 +58,7 @@ def test_a_pod_that_took_the_name_is_not_marked_in_its_place(
     fake.remove("Pod", "job-x", "team")
     fake.put(pod("job-x", node_name="std-1"))  # a StatefulSet's pod, made again
     with pytest.raises(ClusterError) as raised:
-        disruption.mark(connect(), planned, "m", T0)
+        disruption.mark(connect(), "team", "job-x", planned["metadata"]["uid"], "m", T0)
     assert raised.value.conflict
     assert not disruption.marked(_stored(fake))
 

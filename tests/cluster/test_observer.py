@@ -21,9 +21,9 @@ import pytest
 
 from tests.cluster.conftest import namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer, stamp
-from webhook.cluster import disruption
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.observer import Observer, ObserverSettings
+from webhook.cluster.reclaims import TrackedPod
 from webhook.engine.policy import Policy
 from webhook.kube.client import Cluster, path
 from webhook.kube.clock import SystemClock
@@ -348,7 +348,7 @@ def test_a_watch_that_breaks_is_listed_again_and_nothing_is_missed(
     assert run.thread.is_alive()
 
 
-def test_only_the_pods_of_preemptible_nodes_are_held_and_lean_after_lists_and_watches(
+def test_only_the_pods_of_preemptible_nodes_are_held_as_their_facts_after_lists_and_watches(
     fake: FakeApiServer, observers: Observers, policy: Policy
 ) -> None:
     _cluster(fake, policy)
@@ -357,13 +357,14 @@ def test_only_the_pods_of_preemptible_nodes_are_held_and_lean_after_lists_and_wa
     run = observers.start("observer-a")
     _wait(run.observer.synced.is_set, what="the first lists")
 
-    def held() -> dict[str, Obj]:
-        tracked = list(run.observer.tracker.pods.values())
-        return {str(view.obj["metadata"]["name"]): view.obj for view in tracked}
+    def held() -> dict[str, TrackedPod]:
+        return {view.name: view for view in list(run.observer.tracker.pods.values())}
 
     on_preemptible = {"sweep", "web-7d9-x", "eval", "stuck"}  # not agent-x: a DaemonSet's
     assert set(held()) == on_preemptible
-    assert "managedFields" not in held()["sweep"]["metadata"]
+    sweep = held()["sweep"]
+    assert (sweep.namespace, sweep.node, sweep.workload_class, sweep.phase) == (
+        "team", "pre-1", "interruptible", "Running")  # fmt: skip
     _wait(lambda: run.value("preemptguard_observer_pods_held", held="on-node") == 4,
           what="the pods held counted")  # fmt: skip
     assert run.value("preemptguard_observer_pods_held", held="deleted") == 0
@@ -530,7 +531,7 @@ def test_the_leader_marks_the_unfinished_pods_of_the_reclaimed_node_once(
 
     # b takes over and replays what it saw: every pod carries the condition already.
     seen = b.observer.tracker.pods.values
-    _wait(lambda: sum(disruption.marked(p.obj) for p in seen()) == 4, what="b to see the marks")
+    _wait(lambda: sum(p.marked for p in seen()) == 4, what="b to see the marks")
     a.halt()
     _wait(b.observer.leading.is_set, what="b leads")
     time.sleep(0.5)

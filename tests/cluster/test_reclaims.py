@@ -79,7 +79,7 @@ def _reported(actions: list[Action]) -> list[Action]:
 
 def _marked(actions: list[Action]) -> list[str]:
     """The names of the pods to mark, in order."""
-    return [a.pod["metadata"]["name"] for a in actions if isinstance(a, Disruption)]
+    return [a.name for a in actions if isinstance(a, Disruption)]
 
 
 def test_a_reclaim_as_the_provider_does_it_gives_each_pod_its_outcome(tracker: Tracker) -> None:
@@ -477,8 +477,8 @@ def test_the_pods_to_mark_are_the_unfinished_ones_of_the_reclaimed_node_each_onc
     tracker.node("MODIFIED", _node(cordoned=True), T0)
     actions = tracker.preempted_event(_event(), T0)
     (mark,) = [a for a in actions if isinstance(a, Disruption)]
-    assert (mark.pod["metadata"]["uid"], mark.node, mark.reclaim) == (
-        "uid-running", "pre-1", "uid-pre-1")  # fmt: skip
+    assert (mark.uid, mark.namespace, mark.node, mark.reclaim) == (
+        "uid-running", "team", "pre-1", "uid-pre-1")  # fmt: skip
     # Seen again, deleted, listed again: still the one mark of this reclaim.
     assert _marked(tracker.pod("MODIFIED", running, T0 + 1)) == []
     assert _marked(tracker.pod("MODIFIED", _deleting(running, T0 + 2), T0 + 2)) == []

@@ -15,7 +15,6 @@ StatefulSet's) is not marked in its place.
 
 from __future__ import annotations
 
-from webhook.cluster import inventory
 from webhook.engine.decision import Obj
 from webhook.engine.workloads import mapping_at
 from webhook.kube.client import Cluster, path
@@ -56,12 +55,11 @@ def marked(pod: Obj) -> bool:
     return False
 
 
-def mark(cluster: Cluster, pod: Obj, message: str, now: float) -> None:
-    """Give ``pod`` (as last read) the condition; ``ClusterError`` when the write fails: 404
-    when the pod is gone, 409 or 422 when its name belongs to another pod now."""
-    namespace, name = inventory.namespace_of(pod), inventory.name_of(pod)
+def mark(cluster: Cluster, namespace: str, name: str, uid: str, message: str, now: float) -> None:
+    """Give the pod ``namespace/name`` of ``uid`` the condition; ``ClusterError`` when the
+    write fails: 404 when the pod is gone, 409 or 422 when its name belongs to another pod now
+    (an empty ``uid``: whichever pod has the name)."""
     patch: Obj = {"status": {"conditions": [condition(message, now)]}}
-    uid = inventory.uid_of(pod)
     if uid:
         patch["metadata"] = {"uid": uid}
     cluster.strategic_merge_patch(

@@ -400,9 +400,10 @@ def _mark(
     """Give the planned pod ``DisruptionTarget``, by its uid. A failure is reported on the pod
     and the delete goes ahead, as the reclaim rehearsed would; a pod gone, or whose name
     another pod took (404, 409), is found so by its delete."""
-    pod = {"metadata": {"namespace": planned.namespace, "name": planned.name, "uid": planned.uid}}
+    message = disruption.drill_message(node)
     try:
-        disruption.mark(cluster, pod, disruption.drill_message(node), clock.now())
+        disruption.mark(cluster, planned.namespace, planned.name, planned.uid, message,
+                        clock.now())  # fmt: skip
     except ClusterError as exc:
         if not (exc.not_found or exc.conflict):
             result.mark_error = str(exc)

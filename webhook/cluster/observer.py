@@ -40,7 +40,6 @@ from webhook.cluster.reclaims import (
     GRACE_SLACK,
     NODE_EVENT_NAMESPACE,
     PREEMPTED_REASON,
-    TERMINAL_PHASES,
     WINDOW_SECONDS,
     Action,
     Disruption,
@@ -288,16 +287,15 @@ class Observer:
     def _disrupt(self, action: Disruption) -> None:
         """Give the pod ``DisruptionTarget`` unless it went, finished or carries it already
         (marked by another replica, a drill, or Kubernetes itself) since it was handed out."""
-        uid = inventory.uid_of(action.pod)
-        view = self.tracker.pods.get(uid)
-        pod = view.obj if view is not None else None
-        if pod is None or disruption.marked(pod) or inventory.phase_of(pod) in TERMINAL_PHASES:
+        view = self.tracker.pods.get(action.uid)
+        if view is None or view.marked or view.done:
             return
-        where = {"namespace": inventory.namespace_of(pod), "pod": inventory.name_of(pod),
-                 "uid": uid, "node": action.node}  # fmt: skip
+        where = {"namespace": action.namespace, "pod": action.name, "uid": action.uid,
+                 "node": action.node}  # fmt: skip
         message = disruption.reclaim_message(action.node, WINDOW_SECONDS)
         try:
-            disruption.mark(self.cluster, pod, message, self.clock.now())
+            disruption.mark(self.cluster, action.namespace, action.name, action.uid, message,
+                            self.clock.now())  # fmt: skip
         except ClusterError as exc:
             if exc.not_found or exc.conflict:  # gone, or its name taken by another pod
                 log.info("pod_not_marked", **where, error=str(exc))

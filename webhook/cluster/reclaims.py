@@ -32,10 +32,11 @@ does not count it twice. The provider removes a reclaimed node, so its uid names
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from webhook.cluster import inventory
+from webhook.cluster import disruption, inventory
 from webhook.cluster.inventory import PREEMPTIBLE, NodeFacts, OwnerRef
 from webhook.engine.decision import Obj
 from webhook.engine.policy import Policy
@@ -169,9 +170,11 @@ class ReclaimSeen:
 @dataclass(frozen=True, kw_only=True)
 class Disruption:
     """A pod of a node being reclaimed, not finished when last seen: to be given the
-    ``DisruptionTarget`` condition before it exits (``pod``: the object as last seen)."""
+    ``DisruptionTarget`` condition before it exits."""
 
-    pod: Obj
+    uid: str
+    namespace: str
+    name: str
     node: str
     reclaim: str
 
@@ -191,16 +194,56 @@ Action = ReclaimSeen | Record | Disruption | EventIgnored
 Classifier = Callable[[Obj], str]
 
 
-@dataclass
-class _Pod:
-    obj: Obj
+@dataclass(slots=True, kw_only=True)
+class TrackedPod:
+    """What the tracker keeps of a pod of a preemptible node: the facts it reads, read as each
+    change arrives, not the object. Tens of thousands of decoded pods held for hours among the
+    watches' passing buffers fragment the C heap: the process grows with no object held."""
+
+    namespace: str
+    name: str
     node: str
     created: float | None
+    workload_class: str
+    own_grace: int  # its spec's termination grace period
+    checkpoint: int | None
+    owner: OwnerRef | None
+    phase: str = ""
+    marked: bool = False  # it carries ``DisruptionTarget``
+    containers_finished: float | None = None
     # When its SIGTERM came, if it has: seen live, or read from the object.
     deleting_since: float | None = None
     grace: int = 0
     # When it was seen to finish (Succeeded or Failed), if that was seen live.
     finished: float | None = None
+
+    @classmethod
+    def of(cls, obj: Obj, node: str, workload_class: str) -> TrackedPod:
+        view = cls(
+            namespace=sys.intern(inventory.namespace_of(obj)),
+            name=inventory.name_of(obj),
+            node=node,
+            created=created_time(obj),
+            workload_class=workload_class,
+            own_grace=inventory.grace_seconds(obj),
+            checkpoint=None,
+            owner=None,
+        )
+        view.read(obj)
+        return view
+
+    def read(self, obj: Obj) -> None:
+        """The facts that change, as ``obj`` shows them."""
+        self.phase = sys.intern(inventory.phase_of(obj))
+        self.marked = disruption.marked(obj)
+        self.containers_finished = containers_finished(obj)
+        self.checkpoint = inventory.checkpoint_seconds(obj)
+        self.owner = inventory.controller_ref(obj)
+
+    @property
+    def done(self) -> bool:
+        """Succeeded or Failed."""
+        return self.phase in TERMINAL_PHASES
 
 
 @dataclass(frozen=True)
@@ -222,7 +265,7 @@ class Tracker:
     classify: Classifier
     event_namespace: str = NODE_EVENT_NAMESPACE
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
-    pods: dict[str, _Pod] = field(default_factory=dict)
+    pods: dict[str, TrackedPod] = field(default_factory=dict)
     reclaims: dict[str, Reclaim] = field(default_factory=dict)
     displaced: dict[str, Displaced] = field(default_factory=dict)
     # Pods judged, not judged again while they are there; ``standing`` holds those judged
@@ -240,7 +283,7 @@ class Tracker:
     # Pods of preemptible nodes that went before any reclaim of their node was known, and
     # when: a reclaim learnt of later (a watch that broke and was listed again, the Event
     # arriving after the deletions) still counts them.
-    gone: dict[str, tuple[_Pod, float]] = field(default_factory=dict)
+    gone: dict[str, tuple[TrackedPod, float]] = field(default_factory=dict)
     # Pods already handed out as a ``Disruption`` by the open reclaim of their node.
     disrupted: set[str] = field(default_factory=set)
 
@@ -392,16 +435,10 @@ class Tracker:
         if not uid:
             return []
         if kind == "DELETED":
-            view = self.pods.pop(uid, None)
-            self.disrupted.discard(uid)
-            if uid in self.displaced:
-                return [self._exited(uid, now, obj, view.finished if view else None)]
-            if view is not None and uid not in self.decided:
-                view.obj = obj
-                self.gone[uid] = (view, now)
-            self.decided.discard(uid)
-            self.standing.pop(uid, None)
-            return []
+            view = self.pods.get(uid)
+            if view is not None:
+                view.read(obj)
+            return self._went(uid, now)
         node = inventory.node_name_of(obj)
         facts = self.nodes.get(node or "")
         if (
@@ -412,16 +449,15 @@ class Tracker:
         ):
             return []
         known = self.pods.get(uid)
-        view = known or _Pod(obj=obj, node=facts.name, created=created_time(obj))
-        if (
-            known is not None
-            and view.finished is None
-            and _finished(obj)
-            and not _finished(known.obj)
-        ):
-            view.finished = now
-        view.obj = obj
-        self.pods[uid] = view
+        if known is None:
+            view = self.pods[uid] = TrackedPod.of(obj, facts.name, self.classify(obj))
+        else:
+            view = known
+            was_done = view.done
+            view.read(obj)
+            view.workload_class = self.classify(obj)
+            if view.finished is None and view.done and not was_done:
+                view.finished = now
         if view.deleting_since is None:
             since = deletion_started(obj, live=known is not None, now=now)
             if since is not None:
@@ -434,14 +470,26 @@ class Tracker:
         listed = {inventory.uid_of(o): o for o in objs}
         actions: list[Action] = []
         for uid in [u for u in self.pods if u not in listed]:
-            actions += self.pod("DELETED", self.pods[uid].obj, now)
+            actions += self._went(uid, now)
         for uid in [u for u in self.displaced if u not in listed and u not in self.pods]:
             actions.append(self._exited(uid, now))
         for obj in listed.values():
             actions += self.pod("MODIFIED", obj, now)
         return actions
 
-    def _consider(self, uid: str, view: _Pod, now: float) -> list[Action]:
+    def _went(self, uid: str, now: float) -> list[Action]:
+        """The pod ``uid`` is gone (its facts as last seen in ``pods``, if it was tracked)."""
+        view = self.pods.pop(uid, None)
+        self.disrupted.discard(uid)
+        if uid in self.displaced:
+            return [self._exited(uid, now, view)]
+        if view is not None and uid not in self.decided:
+            self.gone[uid] = (view, now)
+        self.decided.discard(uid)
+        self.standing.pop(uid, None)
+        return []
+
+    def _consider(self, uid: str, view: TrackedPod, now: float) -> list[Action]:
         actions: list[Action] = []
         facts = self.nodes[view.node]
         reclaim = self.reclaims.get(view.node)
@@ -466,45 +514,46 @@ class Tracker:
             self.displaced[uid] = current = replace(
                 current, sigterm=view.deleting_since, deleted=True, grace=view.grace
             )
-        if _finished(view.obj):
-            actions.append(self._exited(uid, now, view.obj, view.finished))
+        if view.done:
+            actions.append(self._exited(uid, now, view))
         return actions
 
     @staticmethod
-    def _displaced_by(view: _Pod, reclaim: Reclaim) -> bool:
+    def _displaced_by(view: TrackedPod, reclaim: Reclaim) -> bool:
         """Being deleted, or there when the provider's reclaim began (it stops every pod)."""
         if view.deleting_since is not None:
             return True
         return reclaim.trigger is Trigger.EVENT and (view.created or 0) <= reclaim.started
 
-    def _disruption(self, uid: str, view: _Pod, reclaim: Reclaim) -> list[Action]:
+    def _disruption(self, uid: str, view: TrackedPod, reclaim: Reclaim) -> list[Action]:
         """The pod to mark, once per reclaim: not finished, and being deleted or there when the
         reclaim began (whatever revealed it: every pod of the node is stopped)."""
-        if uid in self.disrupted or _finished(view.obj):
+        if uid in self.disrupted or view.done:
             return []
         if view.deleting_since is None and (view.created or 0) > reclaim.started:
             return []
         self.disrupted.add(uid)
-        return [Disruption(pod=view.obj, node=view.node, reclaim=reclaim.key)]
+        return [Disruption(uid=uid, namespace=view.namespace, name=view.name, node=view.node,
+                           reclaim=reclaim.key)]  # fmt: skip
 
-    def _displace(self, uid: str, view: _Pod, reclaim: Reclaim, *, went: bool = False) -> Displaced:
+    def _displace(
+        self, uid: str, view: TrackedPod, reclaim: Reclaim, *, went: bool = False
+    ) -> Displaced:
         if view.deleting_since is not None:
             sigterm, deleted, grace = view.deleting_since, True, view.grace
         else:
-            sigterm, deleted = reclaim.started, went
-            grace = inventory.grace_seconds(view.obj)
-        obj = view.obj
+            sigterm, deleted, grace = reclaim.started, went, view.own_grace
         return Displaced(
             uid=uid,
-            namespace=inventory.namespace_of(obj),
-            name=inventory.name_of(obj),
+            namespace=view.namespace,
+            name=view.name,
             node=view.node,
-            workload_class=self.classify(obj),
+            workload_class=view.workload_class,
             grace=grace,
-            checkpoint=inventory.checkpoint_seconds(obj),
+            checkpoint=view.checkpoint,
             sigterm=sigterm,
             deleted=deleted,
-            owner=inventory.controller_ref(obj),
+            owner=view.owner,
             reclaim=reclaim.key,
             began=reclaim.started,
         )
@@ -524,7 +573,7 @@ class Tracker:
             # It went while its node was being reclaimed: its SIGTERM was the reclaim's.
             self.displaced[uid] = self._displace(uid, view, reclaim, went=True)
             self.tally[reclaim.key] = self.tally.get(reclaim.key, 0) + 1
-            late.append(self._exited(uid, at, view.obj, view.finished))
+            late.append(self._exited(uid, at, view))
         seen = ReclaimSeen(reclaim=reclaim, displaced=self.tally.get(reclaim.key, 0))
         return [seen, *actions, *late]
 
@@ -535,15 +584,13 @@ class Tracker:
 
     # --- outcomes ---------------------------------------------------------------------------
 
-    def _exited(
-        self, uid: str, now: float, last: Obj | None = None, seen_finished: float | None = None
-    ) -> Record:
-        """The pod ``uid`` is gone or finished; ``last``: the object as last seen, and
-        ``seen_finished``: when it was seen to finish, for whether it completed."""
+    def _exited(self, uid: str, now: float, last: TrackedPod | None = None) -> Record:
+        """The pod ``uid`` is gone or finished; ``last``: its facts as last seen, for whether
+        it completed."""
         pod = self.displaced[uid]
         elapsed = max(now - pod.sigterm, 0.0)
         outcome = Outcome.EXITED_IN_TIME if round(elapsed) <= pod.grace else Outcome.GRACE_EXPIRED
-        completed = last is not None and completed_since(last, pod.began, seen_finished)
+        completed = last is not None and completed_since(last, pod.began)
         return self._decide(uid, outcome, elapsed, now, completed=completed)
 
     def _decide(
@@ -570,7 +617,7 @@ class Tracker:
     def _standing(self, uid: str) -> bool:
         """Still there, not being deleted and not finished."""
         view = self.pods.get(uid)
-        return view is not None and view.deleting_since is None and not _finished(view.obj)
+        return view is not None and view.deleting_since is None and not view.done
 
     def tick(self, now: float) -> list[Action]:
         """Pods past their grace and then some, and reclaims with nothing left to watch."""
@@ -650,18 +697,14 @@ def _deletion_grace(obj: Obj) -> int:
     return inventory.grace_seconds(obj)
 
 
-def _finished(pod: Obj) -> bool:
-    return inventory.phase_of(pod) in TERMINAL_PHASES
-
-
-def completed_since(pod: Obj, began: float, seen_finished: float | None = None) -> bool:
+def completed_since(pod: TrackedPod, began: float) -> bool:
     """Whether ``pod`` succeeded after ``began``: by when its containers say they finished,
-    else when it was seen to finish (``seen_finished``). Times are whole seconds."""
-    if inventory.phase_of(pod) != "Succeeded":
+    else when it was seen to finish. Times are whole seconds."""
+    if pod.phase != "Succeeded":
         return False
-    finished = containers_finished(pod)
+    finished = pod.containers_finished
     if finished is None:
-        finished = seen_finished
+        finished = pod.finished
     return finished is not None and finished >= began - 1
 
 
