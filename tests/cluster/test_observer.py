@@ -23,7 +23,7 @@ from tests.cluster.conftest import namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer, stamp
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.observer import Observer, ObserverSettings
-from webhook.cluster.reclaims import TrackedPod
+from webhook.cluster.reclaims import PodSeen
 from webhook.engine.policy import Policy
 from webhook.kube.client import Cluster, path
 from webhook.kube.clock import SystemClock
@@ -357,8 +357,8 @@ def test_only_the_pods_of_preemptible_nodes_are_held_as_their_facts_after_lists_
     run = observers.start("observer-a")
     _wait(run.observer.synced.is_set, what="the first lists")
 
-    def held() -> dict[str, TrackedPod]:
-        return {view.name: view for view in list(run.observer.tracker.pods.values())}
+    def held() -> dict[str, PodSeen]:
+        return {view.last.name: view.last for view in list(run.observer.tracker.pods.values())}
 
     on_preemptible = {"sweep", "web-7d9-x", "eval", "stuck"}  # not agent-x: a DaemonSet's
     assert set(held()) == on_preemptible
@@ -531,7 +531,7 @@ def test_the_leader_marks_the_unfinished_pods_of_the_reclaimed_node_once(
 
     # b takes over and replays what it saw: every pod carries the condition already.
     seen = b.observer.tracker.pods.values
-    _wait(lambda: sum(p.marked for p in seen()) == 4, what="b to see the marks")
+    _wait(lambda: sum(p.last.marked for p in seen()) == 4, what="b to see the marks")
     a.halt()
     _wait(b.observer.leading.is_set, what="b leads")
     time.sleep(0.5)

@@ -45,6 +45,7 @@ from webhook.cluster.reclaims import (
     Disruption,
     EventIgnored,
     Outcome,
+    PodSeen,
     ReclaimSeen,
     Record,
     Tracker,
@@ -180,7 +181,7 @@ class Observer:
         now = self.clock.now()
         nodes = self.cluster.collect(path("nodes"), inventory.lean)
         self._handle(self.tracker.replace_nodes(nodes.items, now))
-        pods = self.cluster.collect(path("pods"), self._tracked_lean)
+        pods = self.cluster.collect(path("pods"), self._tracked)
         self._handle(self.tracker.replace_pods(pods.items, now))
         events = self.cluster.collect(
             self._events_path, inventory.lean, params={"fieldSelector": PREEMPTED_EVENTS}
@@ -193,14 +194,14 @@ class Observer:
             "pods": pods.resource_version,
         }
 
-    def _tracked_lean(self, pod: Obj) -> Obj | None:
-        """A pod the tracker follows (one bound to a preemptible node), lean; None for the
-        others, dropped as they arrive in a list or a watch: a large cluster's pods are never
-        all held at once, not even when the watch is listed again. Called from the watch's
-        thread too: a lookup in the tracker's nodes, which only the loop changes."""
+    def _tracked(self, pod: Obj) -> PodSeen | None:
+        """What the tracker reads of a pod it follows (one bound to a preemptible node); None
+        for the others. Made as each pod arrives in a list or a watch, so that no decoded pod
+        outlives its page or its event. Called from the watch's thread too: a lookup in the
+        tracker's nodes, which only the loop changes, and the pod's class."""
         facts = self.tracker.nodes.get(inventory.node_name_of(pod) or "")
         tracked = facts is not None and facts.compute_class == inventory.PREEMPTIBLE
-        return inventory.lean(pod) if tracked else None
+        return self.tracker.read(pod) if tracked else None
 
     def _follow(self, label: str, where: str, params: Mapping[str, str], version: str) -> None:
         """Hand what the watch of ``where`` delivers, and each relist, to the loop."""
@@ -209,16 +210,17 @@ class Observer:
             self.metrics.watch_errors.labels(resource=label).inc()
             log.warning("watch_failed", resource=label, error=str(exc), retry_in_s=delay)
 
+        take: Callable[[Obj], object | None] = self._tracked if label == "pods" else inventory.lean
         Reflector(
             cluster=lambda: self.cluster,
             where=where,
+            take=take,
             params=params,
             version=version,
             listed=lambda items: self._inbox.put(("list", label, items)),
             changed=lambda kind, obj: self._inbox.put(("event", label, kind, obj)),
             failed=failed,
             watch_seconds=self.settings.watch_seconds,
-            trim=self._tracked_lean if label == "pods" else inventory.lean,
         ).run(self._stop)
 
     def _apply(self, item: tuple[Any, ...]) -> None:
@@ -288,7 +290,7 @@ class Observer:
         """Give the pod ``DisruptionTarget`` unless it went, finished or carries it already
         (marked by another replica, a drill, or Kubernetes itself) since it was handed out."""
         view = self.tracker.pods.get(action.uid)
-        if view is None or view.marked or view.done:
+        if view is None or view.last.marked or view.last.done:
             return
         where = {"namespace": action.namespace, "pod": action.name, "uid": action.uid,
                  "node": action.node}  # fmt: skip

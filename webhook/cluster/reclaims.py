@@ -194,12 +194,14 @@ Action = ReclaimSeen | Record | Disruption | EventIgnored
 Classifier = Callable[[Obj], str]
 
 
-@dataclass(slots=True, kw_only=True)
-class TrackedPod:
-    """What the tracker keeps of a pod of a preemptible node: the facts it reads, read as each
-    change arrives, not the object. Tens of thousands of decoded pods held for hours among the
-    watches' passing buffers fragment the C heap: the process grows with no object held."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSeen:
+    """A pod as one list or watch event showed it, read into what the tracker uses, so that the
+    decoded object is dropped as it arrives: tens of thousands of objects held for hours among
+    the watches' passing buffers fragment the C heap, and the process grows with nothing more
+    held. ``node``: empty when not bound."""
 
+    uid: str
     namespace: str
     name: str
     node: str
@@ -208,42 +210,62 @@ class TrackedPod:
     own_grace: int  # its spec's termination grace period
     checkpoint: int | None
     owner: OwnerRef | None
-    phase: str = ""
-    marked: bool = False  # it carries ``DisruptionTarget``
-    containers_finished: float | None = None
+    the_nodes_own: bool  # a DaemonSet's or a mirror pod: it stays with the node
+    phase: str
+    marked: bool  # it carries ``DisruptionTarget``
+    containers_finished: float | None
+    deletion_deadline: float | None  # its ``deletionTimestamp``
+    deletion_grace: int
+
+    @classmethod
+    def read(cls, obj: Obj, classify: Classifier) -> PodSeen:
+        meta = inventory.meta_of(obj)
+        return cls(
+            uid=inventory.uid_of(obj),
+            namespace=sys.intern(inventory.namespace_of(obj)),
+            name=inventory.name_of(obj),
+            node=sys.intern(inventory.node_name_of(obj) or ""),
+            created=created_time(obj),
+            workload_class=sys.intern(classify(obj)),
+            own_grace=inventory.grace_seconds(obj),
+            checkpoint=inventory.checkpoint_seconds(obj),
+            owner=inventory.controller_ref(obj),
+            the_nodes_own=inventory.is_daemonset_pod(obj) or inventory.is_mirror_pod(obj),
+            phase=sys.intern(inventory.phase_of(obj)),
+            marked=disruption.marked(obj),
+            containers_finished=containers_finished(obj),
+            deletion_deadline=parse_time(meta.get("deletionTimestamp")),
+            deletion_grace=_deletion_grace(obj),
+        )
+
+    @property
+    def done(self) -> bool:
+        """Succeeded or Failed."""
+        return self.phase in TERMINAL_PHASES
+
+    def deletion_started(self, *, live: bool, now: float) -> float | None:
+        """When its deletion (its SIGTERM) began: ``now`` when the change is seen live, else
+        ``deletionTimestamp - deletionGracePeriodSeconds`` (whole seconds)."""
+        if self.deletion_deadline is None:
+            return None
+        return now if live else self.deletion_deadline - self.deletion_grace
+
+
+@dataclass(slots=True)
+class TrackedPod:
+    """A pod of a preemptible node the tracker follows: as last seen, and what its changes
+    told."""
+
+    last: PodSeen
     # When its SIGTERM came, if it has: seen live, or read from the object.
     deleting_since: float | None = None
     grace: int = 0
     # When it was seen to finish (Succeeded or Failed), if that was seen live.
     finished: float | None = None
 
-    @classmethod
-    def of(cls, obj: Obj, node: str, workload_class: str) -> TrackedPod:
-        view = cls(
-            namespace=sys.intern(inventory.namespace_of(obj)),
-            name=inventory.name_of(obj),
-            node=node,
-            created=created_time(obj),
-            workload_class=workload_class,
-            own_grace=inventory.grace_seconds(obj),
-            checkpoint=None,
-            owner=None,
-        )
-        view.read(obj)
-        return view
-
-    def read(self, obj: Obj) -> None:
-        """The facts that change, as ``obj`` shows them."""
-        self.phase = sys.intern(inventory.phase_of(obj))
-        self.marked = disruption.marked(obj)
-        self.containers_finished = containers_finished(obj)
-        self.checkpoint = inventory.checkpoint_seconds(obj)
-        self.owner = inventory.controller_ref(obj)
-
     @property
-    def done(self) -> bool:
-        """Succeeded or Failed."""
-        return self.phase in TERMINAL_PHASES
+    def node(self) -> str:
+        return self.last.node
 
 
 @dataclass(frozen=True)
@@ -430,51 +452,47 @@ class Tracker:
 
     # --- pods -------------------------------------------------------------------------------
 
-    def pod(self, kind: str, obj: Obj, now: float) -> list[Action]:
-        uid = inventory.uid_of(obj)
-        if not uid:
+    def read(self, obj: Obj | PodSeen) -> PodSeen:
+        """``obj`` read into what the tracker uses (as it is, when it was read already)."""
+        return obj if isinstance(obj, PodSeen) else PodSeen.read(obj, self.classify)
+
+    def pod(self, kind: str, obj: Obj | PodSeen, now: float) -> list[Action]:
+        """A pod as a watch delivers it (the object, or what ``read`` made of it)."""
+        seen = self.read(obj)
+        if not seen.uid:
             return []
         if kind == "DELETED":
-            view = self.pods.get(uid)
+            view = self.pods.get(seen.uid)
             if view is not None:
-                view.read(obj)
-            return self._went(uid, now)
-        node = inventory.node_name_of(obj)
-        facts = self.nodes.get(node or "")
-        if (
-            facts is None
-            or facts.compute_class != PREEMPTIBLE
-            or inventory.is_daemonset_pod(obj)
-            or inventory.is_mirror_pod(obj)
-        ):
+                view.last = seen
+            return self._went(seen.uid, now)
+        facts = self.nodes.get(seen.node)
+        if facts is None or facts.compute_class != PREEMPTIBLE or seen.the_nodes_own:
             return []
-        known = self.pods.get(uid)
+        known = self.pods.get(seen.uid)
         if known is None:
-            view = self.pods[uid] = TrackedPod.of(obj, facts.name, self.classify(obj))
+            view = self.pods[seen.uid] = TrackedPod(seen)
         else:
             view = known
-            was_done = view.done
-            view.read(obj)
-            view.workload_class = self.classify(obj)
-            if view.finished is None and view.done and not was_done:
+            if view.finished is None and seen.done and not view.last.done:
                 view.finished = now
+            view.last = seen
         if view.deleting_since is None:
-            since = deletion_started(obj, live=known is not None, now=now)
+            since = seen.deletion_started(live=known is not None, now=now)
             if since is not None:
-                view.deleting_since = since
-                view.grace = _deletion_grace(obj)
-        return self._consider(uid, view, now)
+                view.deleting_since, view.grace = since, seen.deletion_grace
+        return self._consider(seen.uid, view, now)
 
-    def replace_pods(self, objs: Iterable[Obj], now: float) -> list[Action]:
+    def replace_pods(self, objs: Iterable[Obj | PodSeen], now: float) -> list[Action]:
         """A fresh list of every pod: those missing from it are gone (since the last watch)."""
-        listed = {inventory.uid_of(o): o for o in objs}
+        listed = {seen.uid: seen for seen in map(self.read, objs)}
         actions: list[Action] = []
         for uid in [u for u in self.pods if u not in listed]:
             actions += self._went(uid, now)
         for uid in [u for u in self.displaced if u not in listed and u not in self.pods]:
             actions.append(self._exited(uid, now))
-        for obj in listed.values():
-            actions += self.pod("MODIFIED", obj, now)
+        for seen in listed.values():
+            actions += self.pod("MODIFIED", seen, now)
         return actions
 
     def _went(self, uid: str, now: float) -> list[Action]:
@@ -491,11 +509,12 @@ class Tracker:
 
     def _consider(self, uid: str, view: TrackedPod, now: float) -> list[Action]:
         actions: list[Action] = []
-        facts = self.nodes[view.node]
-        reclaim = self.reclaims.get(view.node)
+        node = view.node
+        facts = self.nodes[node]
+        reclaim = self.reclaims.get(node)
         if reclaim is None and view.deleting_since is not None and facts.unschedulable:
             # Keyed as the provider's Event would key it: whichever is seen first, one key.
-            reclaim = Reclaim(node=view.node, key=facts.uid or facts.name,
+            reclaim = Reclaim(node=node, key=facts.uid or facts.name,
                               trigger=Trigger.CORDON, started=view.deleting_since)  # fmt: skip
             actions += self._open(reclaim, now)
         if reclaim is None:
@@ -514,7 +533,7 @@ class Tracker:
             self.displaced[uid] = current = replace(
                 current, sigterm=view.deleting_since, deleted=True, grace=view.grace
             )
-        if view.done:
+        if view.last.done:
             actions.append(self._exited(uid, now, view))
         return actions
 
@@ -523,17 +542,18 @@ class Tracker:
         """Being deleted, or there when the provider's reclaim began (it stops every pod)."""
         if view.deleting_since is not None:
             return True
-        return reclaim.trigger is Trigger.EVENT and (view.created or 0) <= reclaim.started
+        return reclaim.trigger is Trigger.EVENT and (view.last.created or 0) <= reclaim.started
 
     def _disruption(self, uid: str, view: TrackedPod, reclaim: Reclaim) -> list[Action]:
         """The pod to mark, once per reclaim: not finished, and being deleted or there when the
         reclaim began (whatever revealed it: every pod of the node is stopped)."""
-        if uid in self.disrupted or view.done:
+        seen = view.last
+        if uid in self.disrupted or seen.done:
             return []
-        if view.deleting_since is None and (view.created or 0) > reclaim.started:
+        if view.deleting_since is None and (seen.created or 0) > reclaim.started:
             return []
         self.disrupted.add(uid)
-        return [Disruption(uid=uid, namespace=view.namespace, name=view.name, node=view.node,
+        return [Disruption(uid=uid, namespace=seen.namespace, name=seen.name, node=seen.node,
                            reclaim=reclaim.key)]  # fmt: skip
 
     def _displace(
@@ -542,18 +562,19 @@ class Tracker:
         if view.deleting_since is not None:
             sigterm, deleted, grace = view.deleting_since, True, view.grace
         else:
-            sigterm, deleted, grace = reclaim.started, went, view.own_grace
+            sigterm, deleted, grace = reclaim.started, went, view.last.own_grace
+        seen = view.last
         return Displaced(
             uid=uid,
-            namespace=view.namespace,
-            name=view.name,
-            node=view.node,
-            workload_class=view.workload_class,
+            namespace=seen.namespace,
+            name=seen.name,
+            node=seen.node,
+            workload_class=seen.workload_class,
             grace=grace,
-            checkpoint=view.checkpoint,
+            checkpoint=seen.checkpoint,
             sigterm=sigterm,
             deleted=deleted,
-            owner=view.owner,
+            owner=seen.owner,
             reclaim=reclaim.key,
             began=reclaim.started,
         )
@@ -617,7 +638,7 @@ class Tracker:
     def _standing(self, uid: str) -> bool:
         """Still there, not being deleted and not finished."""
         view = self.pods.get(uid)
-        return view is not None and view.deleting_since is None and not view.done
+        return view is not None and view.deleting_since is None and not view.last.done
 
     def tick(self, now: float) -> list[Action]:
         """Pods past their grace and then some, and reclaims with nothing left to watch."""
@@ -678,18 +699,6 @@ def bounded_start(claimed: float, now: float, cordoned: float | None) -> float:
     return min(max(claimed, floor), now)
 
 
-def deletion_started(obj: Obj, *, live: bool, now: float) -> float | None:
-    """When the pod's deletion (its SIGTERM) began: ``now`` when the change is seen live, else
-    ``deletionTimestamp - deletionGracePeriodSeconds`` (whole seconds)."""
-    meta = inventory.meta_of(obj)
-    deadline = parse_time(meta.get("deletionTimestamp"))
-    if deadline is None:
-        return None
-    if live:
-        return now
-    return deadline - _deletion_grace(obj)
-
-
 def _deletion_grace(obj: Obj) -> int:
     value = inventory.meta_of(obj).get("deletionGracePeriodSeconds")
     if isinstance(value, int) and not isinstance(value, bool):
@@ -700,9 +709,9 @@ def _deletion_grace(obj: Obj) -> int:
 def completed_since(pod: TrackedPod, began: float) -> bool:
     """Whether ``pod`` succeeded after ``began``: by when its containers say they finished,
     else when it was seen to finish. Times are whole seconds."""
-    if pod.phase != "Succeeded":
+    if pod.last.phase != "Succeeded":
         return False
-    finished = pod.containers_finished
+    finished = pod.last.containers_finished
     if finished is None:
         finished = pod.finished
     return finished is not None and finished >= began - 1

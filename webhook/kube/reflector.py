@@ -11,33 +11,35 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from webhook.kube.client import WATCH_SECONDS, Cluster, ClusterError, Obj
 
 BACKOFF = (1.0, 30.0)
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
-class Reflector:
+class Reflector(Generic[T]):
     """Lists and watches ``where`` on ``cluster`` (from ``cluster()``, connected on first use).
 
     ``listed`` gets every item of each list; ``changed`` each event after it (``ADDED``,
     ``MODIFIED``, ``DELETED``) with its object; ``failed`` each failure and the seconds until
     the next try. ``version``: a list already made, to watch from (empty: list first).
-    ``trim`` is applied to every object as it arrives, before it is kept or handed on (what
-    nothing reads, dropped page by page); an object it makes None of is not handed on.
+    ``take`` makes of every object, as it arrives, what is handed on (what nothing reads is
+    dropped page by page); an object it makes None of is not handed on.
     """
 
     cluster: Callable[[], Cluster]
     where: str
-    listed: Callable[[list[Obj]], None]
-    changed: Callable[[str, Obj], None]
+    take: Callable[[Obj], T | None]
+    listed: Callable[[list[T]], None]
+    changed: Callable[[str, T], None]
     failed: Callable[[Exception, float], None]
     params: Mapping[str, str] = field(default_factory=dict)
     version: str = ""
     backoff: tuple[float, float] = BACKOFF
     watch_seconds: int = WATCH_SECONDS
-    trim: Callable[[Obj], Obj | None] = lambda obj: obj
 
     def run(self, stop: threading.Event) -> None:
         """List and watch until ``stop`` is set; never raises."""
@@ -59,7 +61,7 @@ class Reflector:
     def _list_and_watch(self, stop: threading.Event) -> None:
         cluster = self.cluster()
         if not self.version:
-            listing = cluster.collect(self.where, self.trim, params=self.params)
+            listing = cluster.collect(self.where, self.take, params=self.params)
             self.listed(listing.items)
             self.version = listing.resource_version
         events = cluster.watch(
@@ -79,6 +81,6 @@ class Reflector:
                 self.version = version
             kind = event.get("type")
             if kind != "BOOKMARK" and isinstance(kind, str):
-                kept = self.trim(obj)
+                kept = self.take(obj)
                 if kept is not None:
                     self.changed(kind, kept)

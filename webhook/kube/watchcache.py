@@ -147,6 +147,7 @@ class WatchCache(Generic[T]):
         reflector = Reflector(
             cluster=self._cluster,
             where=self.resource.path,
+            take=_as_listed,
             listed=self._listed,
             changed=self._changed,
             failed=self._failed,
@@ -205,3 +206,7 @@ def _name(obj: Obj) -> str:
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+def _as_listed(obj: Obj) -> Obj:
+    return obj
