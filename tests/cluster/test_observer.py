@@ -21,6 +21,7 @@ import pytest
 
 from tests.cluster.conftest import namespace, node, owned, pod
 from tests.cluster.fake_apiserver import FakeApiServer, stamp
+from webhook.cluster import inventory
 from webhook.cluster.metrics import ObserverMetrics
 from webhook.cluster.observer import Observer, ObserverSettings
 from webhook.cluster.reclaims import PodSeen
@@ -420,6 +421,34 @@ def test_an_event_a_tenant_forged_counts_nothing_and_the_real_reclaim_counts_in_
     assert _reclaims(run) == 1
     (reclaim,) = log_lines("reclaim")
     assert reclaim["displaced"] == 4
+
+
+def test_a_pod_it_cannot_read_is_told_and_stops_neither_the_list_nor_the_watch(
+    fake: FakeApiServer,
+    observers: Observers,
+    policy: Policy,
+    log_lines: Callable[[str], list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    classify = inventory.pod_class
+
+    def odd(pod: Obj, *args: Any) -> str:
+        if pod["metadata"]["name"].startswith("odd"):
+            raise ValueError("an odd pod")
+        return classify(pod, *args)
+
+    monkeypatch.setattr(inventory, "pod_class", odd)
+    _cluster(fake, policy)
+    fake.put(pod("odd-listed", workload="interruptible", node_name="pre-1"))
+    run = observers.start("observer-a")
+    _wait(run.observer.synced.is_set, what="the first lists")
+    fake.put(pod("odd-watched", workload="interruptible", node_name="pre-1"))
+    fake.put(pod("later", workload="interruptible", node_name="pre-1"))
+    held = run.observer.tracker.pods.values
+    _wait(lambda: "later" in {p.last.name for p in held()}, what="the pod after the odd one")
+    assert {p.last.name for p in held()} == {"sweep", "web-7d9-x", "eval", "stuck", "later"}
+    assert [line["pod"] for line in log_lines("pod_not_read")] == ["odd-listed", "odd-watched"]
+    assert run.value("preemptguard_observer_watch_errors_total", resource="pods") == 0
 
 
 def test_a_restart_that_sees_the_event_before_the_pods_counts_a_cordons_reclaim_once(

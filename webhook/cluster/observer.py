@@ -200,8 +200,14 @@ class Observer:
         outlives its page or its event. Called from the watch's thread too: a lookup in the
         tracker's nodes, which only the loop changes, and the pod's class."""
         facts = self.tracker.nodes.get(inventory.node_name_of(pod) or "")
-        tracked = facts is not None and facts.compute_class == inventory.PREEMPTIBLE
-        return self.tracker.read(pod) if tracked else None
+        if facts is None or facts.compute_class != inventory.PREEMPTIBLE:
+            return None
+        try:
+            return self.tracker.read(pod)
+        except Exception:  # one odd pod must not stop its watch, or every relist after it
+            log.exception("pod_not_read", namespace=inventory.namespace_of(pod),
+                          pod=inventory.name_of(pod), uid=inventory.uid_of(pod))  # fmt: skip
+            return None
 
     def _follow(self, label: str, where: str, params: Mapping[str, str], version: str) -> None:
         """Hand what the watch of ``where`` delivers, and each relist, to the loop."""
